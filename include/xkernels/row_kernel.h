@@ -1,0 +1,301 @@
+// One kernel skeleton for every "reduce a row, then rewrite it" op (norms, softmax).
+//
+// A row of `cols` elements is split into vectors of V elements (16 bytes when pointers, strides
+// and cols allow, else 1); each thread holds VPT vectors in registers as floats, so the row is read
+// from memory once. The row's statistics are all-reduced across the threads that hold it, which
+// is one of three scopes, chosen by row length:
+//   kGroup   `group` (<= 32) lanes of a warp per row, several rows per block (short rows, QK-norm)
+//   kBlock   one block per row
+//   kCluster a thread-block cluster of up to 8 blocks per row (sm_90), through distributed
+//            shared memory: rows up to 8 * 512 * 4 vectors (131072 bf16) stay in registers
+// Rows longer than that take RowKernelLong: two passes over memory, one block per row.
+//
+// An Op supplies:
+//   Stats, Attr (scalars), Param (per-row result of the reduction)
+//   kWeight, kBias, kFusedAdd
+//   prep(x, attr) -> the value reduced and applied    (softmax scales; norms keep x)
+//   local<VPT, V>(get, ok) -> Stats of a thread's values get(j, k), vectors j with ok[j]
+//   identity() -> Stats;  Merge{}(a, b) -> Stats     (commutative)
+//   finalize(stats, cols, attr) -> Param
+//   apply(v, w, b, param, attr) -> output value
+// With kFusedAdd the kept value is round_to_T(input + residual), which is also written to
+// residual_out; outputs may alias their inputs exactly (in-place), never partially.
+#ifndef XKERNELS_ROW_KERNEL_H_
+#define XKERNELS_ROW_KERNEL_H_
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "xkernels/common.h"
+#include "xkernels/reduce.h"
+#include "xkernels/vec.h"
+
+namespace xkernels::rowwise {
+
+enum class Scope { kGroup, kBlock, kCluster };
+
+template <typename T, typename W>
+struct RowArgs {
+  T* out = nullptr;
+  RowStride out_rs;
+  T* res_out = nullptr;  // kFusedAdd only
+  RowStride res_out_rs;
+  const T* in = nullptr;
+  RowStride in_rs;
+  const T* res = nullptr;  // kFusedAdd only
+  RowStride res_rs;
+  const W* weight = nullptr;  // [cols], kWeight only
+  const W* bias = nullptr;    // [cols], kBias only
+  int64_t rows = 0;
+  int cols = 0;
+  int group = 32;  // lanes per row in Scope::kGroup
+};
+
+// Load this thread's VPT vectors of one row (vector indices first + j * stride). They stay in
+// registers in their storage type (half the registers of floats for 16-bit types) and are
+// converted again where used. With kFusedAdd the kept vector is round(input + residual), which is
+// also written to residual_out.
+template <class Op, typename T, typename W, int V, int VPT>
+XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_t first,
+                        int stride, int n, Vec<T, V> (&x)[VPT], bool (&ok)[VPT]) {
+  Vec<T, V> r[VPT];
+  const T* px = a.in + (row_ok ? a.in_rs.offset(row) : 0);
+  const T* pr = Op::kFusedAdd ? a.res + (row_ok ? a.res_rs.offset(row) : 0) : nullptr;
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {  // issue every load before the first use
+    const int64_t i = first + static_cast<int64_t>(j) * stride;
+    ok[j] = row_ok && i < n;
+    if (ok[j]) {
+      x[j].load(px + i * V);
+      if constexpr (Op::kFusedAdd) r[j].load(pr + i * V);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) x[j][k] = from_float<T>(0.f);
+    }
+  }
+  if constexpr (Op::kFusedAdd) {
+    T* po = a.res_out + (row_ok ? a.res_out_rs.offset(row) : 0);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      if (!ok[j]) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) x[j][k] = from_float<T>(to_float(x[j][k]) + to_float(r[j][k]));
+      x[j].store(po + (first + static_cast<int64_t>(j) * stride) * V);
+    }
+  }
+}
+
+// Statistics of this thread's kept values (vectors that are not ok hold zeros and are skipped).
+template <class Op, typename T, int V, int VPT>
+XK_DEVICE typename Op::Stats local_stats(const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
+                                         const typename Op::Attr& attr) {
+  return Op::template local<VPT, V>(
+      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok);
+}
+
+// Write this thread's VPT vectors of one row through Op::apply.
+template <class Op, typename T, typename W, int V, int VPT>
+XK_DEVICE void store_row(const RowArgs<T, W>& a, int64_t row, int64_t first, int stride,
+                         const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
+                         const typename Op::Param& p, const typename Op::Attr& attr) {
+  T* po = a.out + a.out_rs.offset(row);
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    if (!ok[j]) continue;
+    const int64_t i = first + static_cast<int64_t>(j) * stride;
+    float w[V], b[V], y[V];
+    if constexpr (Op::kWeight) Vec<W, V>::cast_load(w, a.weight + i * V);
+    if constexpr (Op::kBias) Vec<W, V>::cast_load(b, a.bias + i * V);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float v = Op::prep(to_float(x[j][k]), attr);
+      y[k] = Op::apply(v, Op::kWeight ? w[k] : 1.f, Op::kBias ? b[k] : 0.f, p, attr);
+    }
+    Vec<T, V>::cast_store(po + i * V, y);
+  }
+}
+
+// At most 4 vectors per thread (the compiler keeps them as floats: 32 registers for 16-bit types)
+// and 512 threads per block, so every kernel fits in 128 registers without spilling.
+constexpr int kMaxThreads = 512;
+
+template <class Op, typename T, typename W, int V, int VPT, Scope S>
+__global__ void __launch_bounds__(kMaxThreads)
+    RowKernel(const RowArgs<T, W> a, const typename Op::Attr attr) {
+  using Stats = typename Op::Stats;
+  __shared__ Stats smem[32];
+  __shared__ Stats slot;
+  const int n = a.cols / V;
+  typename Op::Merge merge;
+
+  int64_t first;  // this thread's first vector index in its row
+  int stride;     // distance between its vectors
+  int64_t base, step;
+  int rows_per_block = 1;
+  if constexpr (S == Scope::kGroup) {
+    rows_per_block = blockDim.x / a.group;
+    first = threadIdx.x % a.group;
+    stride = a.group;
+    base = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+    step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  } else if constexpr (S == Scope::kBlock) {
+    first = threadIdx.x;
+    stride = blockDim.x;
+    base = blockIdx.x;
+    step = gridDim.x;
+  } else {
+    const unsigned c = cooperative_groups::this_cluster().num_blocks();
+    const unsigned rank = cooperative_groups::this_cluster().block_rank();
+    first = static_cast<int64_t>(rank) * blockDim.x * VPT + threadIdx.x;
+    stride = blockDim.x;
+    base = blockIdx.x / c;
+    step = gridDim.x / c;
+  }
+
+  // `base` is uniform over the block (over the cluster), so every thread runs the same number
+  // of iterations and reaches every shuffle and barrier.
+  for (; base < a.rows; base += step) {
+    const int64_t row = S == Scope::kGroup ? base + threadIdx.x / a.group : base;
+    const bool row_ok = row < a.rows;
+    Vec<T, V> x[VPT];
+    bool ok[VPT];
+    load_row<Op, T, W, V, VPT>(a, row, row_ok, first, stride, n, x, ok);
+    Stats s = local_stats<Op, T, V, VPT>(x, ok, attr);
+    if constexpr (S == Scope::kGroup) {
+      s = reduce::warp_all_reduce(s, merge, a.group);
+    } else if constexpr (S == Scope::kBlock) {
+      s = reduce::block_all_reduce(s, merge, smem);
+    } else {
+      s = reduce::cluster_all_reduce(s, merge, smem, &slot);
+    }
+    if (!row_ok) continue;
+    const typename Op::Param p = Op::finalize(s, a.cols, attr);
+    store_row<Op, T, W, V, VPT>(a, row, first, stride, x, ok, p, attr);
+  }
+}
+
+// Rows too long for registers: pass 1 reduces (and, fused, writes residual_out), pass 2 re-reads
+// (the new residual, when fused) and writes. One block per row.
+template <class Op, typename T, typename W, int V, int VPT>
+__global__ void __launch_bounds__(kMaxThreads)
+    RowKernelLong(const RowArgs<T, W> a, const typename Op::Attr attr) {
+  using Stats = typename Op::Stats;
+  __shared__ Stats smem[32];
+  const int n = a.cols / V;
+  const int chunk = blockDim.x * VPT;
+  typename Op::Merge merge;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    Stats acc = Op::identity();
+    for (int64_t c = 0; c < n; c += chunk) {
+      Vec<T, V> x[VPT];
+      bool ok[VPT];
+      load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, ok);
+      acc = merge(acc, local_stats<Op, T, V, VPT>(x, ok, attr));
+    }
+    const Stats s = reduce::block_all_reduce(acc, merge, smem);
+    const typename Op::Param p = Op::finalize(s, a.cols, attr);
+    for (int64_t c = 0; c < n; c += chunk) {
+      Vec<T, V> x[VPT];
+      bool ok[VPT];
+      if constexpr (Op::kFusedAdd) {
+        // Re-read the rounded sum this same thread wrote in pass 1.
+        RowArgs<T, W> b = a;
+        b.in = a.res_out;
+        b.in_rs = a.res_out_rs;
+        load_row<typename Op::Unfused, T, W, V, VPT>(b, row, true, c + threadIdx.x, blockDim.x,
+                                                     n, x, ok);
+      } else {
+        load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, ok);
+      }
+      store_row<Op, T, W, V, VPT>(a, row, c + threadIdx.x, blockDim.x, x, ok, p, attr);
+    }
+  }
+}
+
+inline int pow2_ceil(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+inline int round_up32(int64_t x) { return static_cast<int>((x + 31) / 32 * 32); }
+
+constexpr int64_t kMaxGrid = (1ll << 31) - 1;
+constexpr int kMaxCluster = 8;  // portable cluster size
+
+template <class Op, typename T, typename W, int V, int VPT, Scope S>
+cudaError_t Launch(const RowArgs<T, W>& a, const typename Op::Attr& attr, int64_t blocks,
+                   int threads, cudaStream_t stream) {
+  RowKernel<Op, T, W, V, VPT, S><<<blocks, threads, 0, stream>>>(a, attr);
+  return cudaGetLastError();
+}
+
+// Launch with a fixed vector width V: pick the scope and vectors per thread from the row length.
+template <class Op, typename T, typename W, int V>
+cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStream_t stream) {
+  const int64_t n = a.cols / V;  // vectors per row
+  DeviceProps props;
+  XK_CUDA_TRY(GetDeviceProps(&props));
+  if (n <= 128) {
+    // Short rows (QK-norm: 128 bf16 = 16 vectors): a few lanes per row, 2-4 vectors per lane
+    // so that each thread keeps 32-64 bytes in flight; 256-thread blocks of many rows.
+    constexpr int kThreads = 256;
+    const bool two = n <= 64;
+    a.group = two ? pow2_ceil(static_cast<int>(ceil_div<int64_t>(n, 2))) : 32;
+    const int64_t blocks = std::min(ceil_div<int64_t>(a.rows, kThreads / a.group), kMaxGrid);
+    return two ? Launch<Op, T, W, V, 2, Scope::kGroup>(a, attr, blocks, kThreads, stream)
+               : Launch<Op, T, W, V, 4, Scope::kGroup>(a, attr, blocks, kThreads, stream);
+  }
+  const int64_t blocks = std::min(a.rows, kMaxGrid);
+  if (n <= 2 * kMaxThreads) {
+    return Launch<Op, T, W, V, 2, Scope::kBlock>(a, attr, blocks, round_up32(ceil_div<int64_t>(n, 2)),
+                                                 stream);
+  }
+  if (n <= 4 * kMaxThreads) {
+    return Launch<Op, T, W, V, 4, Scope::kBlock>(a, attr, blocks, round_up32(ceil_div<int64_t>(n, 4)),
+                                                 stream);
+  }
+  if (props.cc_major >= 9 && n <= int64_t{kMaxCluster} * kMaxThreads * 4 &&
+      a.rows * kMaxCluster <= kMaxGrid) {
+    // Split the row over a cluster of c blocks of about 256 threads, 4 vectors each.
+    const int c = static_cast<int>(std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, 4 * 256)));
+    const int threads = round_up32(ceil_div<int64_t>(n, int64_t{c} * 4));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * c));
+    cfg.blockDim = dim3(threads);
+    cfg.stream = stream;
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = c;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, RowKernel<Op, T, W, V, 4, Scope::kCluster>, a, attr);
+  }
+  RowKernelLong<Op, T, W, V, 4>
+      <<<std::min<int64_t>(a.rows, props.sm_count * 2), kMaxThreads, 0, stream>>>(a, attr);
+  return cudaGetLastError();
+}
+
+// Launch, vectorising by 16 bytes when every pointer, row stride and the row length allow it.
+template <class Op, typename T, typename W>
+cudaError_t LaunchRows(const RowArgs<T, W>& a, const typename Op::Attr& attr,
+                       cudaStream_t stream) {
+  if (a.rows <= 0 || a.cols <= 0) return cudaSuccess;
+  constexpr int kV = vec16<T>();
+  bool vec = a.cols % kV == 0 && is_aligned(a.in, 16) && a.in_rs.divisible_by(kV) &&
+             is_aligned(a.out, 16) && a.out_rs.divisible_by(kV);
+  if constexpr (Op::kFusedAdd) {
+    vec = vec && is_aligned(a.res, 16) && a.res_rs.divisible_by(kV) &&
+          is_aligned(a.res_out, 16) && a.res_out_rs.divisible_by(kV);
+  }
+  if constexpr (Op::kWeight) vec = vec && is_aligned(a.weight, vec_align<W, kV>());
+  if constexpr (Op::kBias) vec = vec && is_aligned(a.bias, vec_align<W, kV>());
+  return vec ? LaunchRowsV<Op, T, W, kV>(a, attr, stream) : LaunchRowsV<Op, T, W, 1>(a, attr, stream);
+}
+
+}  // namespace xkernels::rowwise
+
+#endif  // XKERNELS_ROW_KERNEL_H_

@@ -1,0 +1,77 @@
+// Softmax over the last dimension, in base 2 internally: v = x * scale * log2(e), out = 2^(v - max)
+// / sum. A row that is entirely -inf gives zeros (there is no mass to normalise), not NaN.
+#ifndef XKERNELS_SOFTMAX_H_
+#define XKERNELS_SOFTMAX_H_
+
+#include "xkernels/math.h"
+#include "xkernels/row_kernel.h"
+
+namespace xkernels {
+namespace softmax {
+
+// Running max and sum of 2^(v - max): the online-softmax state.
+struct MaxSum {
+  float m, s;
+};
+
+struct SoftmaxOp {
+  using Stats = MaxSum;
+  struct Attr {
+    float scale_log2;  // scale * log2(e)
+  };
+  struct Param {
+    float m, inv_sum;
+  };
+  using Unfused = SoftmaxOp;
+  static constexpr bool kWeight = false, kBias = false, kFusedAdd = false;
+  struct Merge {
+    XK_DEVICE MaxSum operator()(const MaxSum& a, const MaxSum& b) const {
+      const float m = fmaxf(a.m, b.m);
+      if (m == -math::kInf) return {m, 0.f};
+      return {m, a.s * math::ex2_approx(a.m - m) + b.s * math::ex2_approx(b.m - m)};
+    }
+  };
+  static XK_DEVICE float prep(float x, const Attr& attr) { return x * attr.scale_log2; }
+  static XK_DEVICE MaxSum identity() { return {-math::kInf, 0.f}; }
+  template <int VPT, int V, class Get>
+  static XK_DEVICE MaxSum local(Get v, const bool (&ok)[VPT]) {
+    float m = -math::kInf;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j)
+#pragma unroll
+      for (int k = 0; k < V; ++k) m = ok[j] ? fmaxf(m, v(j, k)) : m;
+    if (m == -math::kInf) return {m, 0.f};
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j)
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += ok[j] ? math::ex2_approx(v(j, k) - m) : 0.f;
+    return {m, s};
+  }
+  static XK_DEVICE Param finalize(const MaxSum& st, int, const Attr&) {
+    return {st.m, st.s > 0.f ? 1.f / st.s : 0.f};
+  }
+  static XK_DEVICE float apply(float v, float, float, const Param& p, const Attr&) {
+    return p.m == -math::kInf ? 0.f : math::ex2_approx(v - p.m) * p.inv_sum;
+  }
+};
+
+}  // namespace softmax
+
+/// out = softmax(scale * input) over each row of [rows, cols].
+template <typename T>
+cudaError_t Softmax(T* out, const T* input, int64_t rows, int cols, RowStride out_stride,
+                    RowStride in_stride, float scale, cudaStream_t stream) {
+  rowwise::RowArgs<T, T> a;
+  a.out = out;
+  a.out_rs = out_stride;
+  a.in = input;
+  a.in_rs = in_stride;
+  a.rows = rows;
+  a.cols = cols;
+  return rowwise::LaunchRows<softmax::SoftmaxOp>(a, {scale * math::kLog2e}, stream);
+}
+
+}  // namespace xkernels
+
+#endif  // XKERNELS_SOFTMAX_H_
