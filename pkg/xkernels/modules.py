@@ -1,0 +1,29 @@
+"""The compiled modules: one shared library per kernel family.
+
+Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`) plus the
+host implementations (`bindings/host/ops.cc`, plain C++), linked into `<name>.so`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    name: str
+    cuda_sources: tuple[str, ...]  # relative to the source root; compiled by nvcc
+    cxx_sources: tuple[str, ...] = ()  # relative to the source root; compiled by the host compiler
+    extra_cuda_flags: tuple[str, ...] = field(default=())
+
+
+_HOST = ("bindings/host/ops.cc",)
+
+MODULES: dict[str, ModuleSpec] = {
+    spec.name: spec
+    for spec in (
+        ModuleSpec("activation", ("bindings/activation.cu",), _HOST),
+        ModuleSpec("norm", ("bindings/norm.cu",), _HOST),
+        ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
+    )
+}

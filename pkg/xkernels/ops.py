@@ -1,0 +1,136 @@
+"""The op table: every op declared once.
+
+An op names its module and exported TVM-FFI function, its tensor inputs, its outputs (shape and
+dtype follow from an input), its scalar attributes, and which inputs its outputs overwrite in the
+in-place form (PyTorch's). The exported function always takes ``(*outputs, *inputs, *attrs)``;
+adapters and tests are generated from this table, so adding an op means a kernel, a binding, an
+entry here and a reference in ``reference.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+Shape = tuple[int, ...]
+
+
+def _same(shape: Shape) -> Shape:
+    return tuple(shape)
+
+
+def _halve_last(shape: Shape) -> Shape:
+    return (*shape[:-1], shape[-1] // 2)
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    role: str = "data"  # "data": [..., cols] rows; "column": a (cols,) weight or bias
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    like: str  # the input whose dtype and device it takes
+    shape: Callable[[Shape], Shape] = _same  # from that input's shape
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    type: type  # float or str
+    default: Any
+    choices: tuple[str, ...] = ()  # a str attribute crosses the FFI as its index here
+    doc: str = ""
+
+    def encode(self, value: Any) -> Any:
+        """The value the exported function takes."""
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
+            return self.choices.index(value)
+        return float(value) if self.type is float else value
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # also the exported function's name
+    module: str
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    attrs: tuple[Attr, ...] = ()
+    aliases: dict[str, str] = field(default_factory=dict)  # output -> input it overwrites in place
+    doc: str = ""
+
+    @property
+    def in_place(self) -> bool:
+        return bool(self.aliases)
+
+    def input(self, name: str) -> Input:
+        return next(i for i in self.inputs if i.name == name)
+
+    def output_shape(self, out: Output, shapes: dict[str, Shape]) -> Shape:
+        return out.shape(tuple(shapes[out.like]))
+
+    def reference(self) -> Callable[..., Any]:
+        """The float64 NumPy reference: (*inputs, **attrs) -> output or tuple of outputs."""
+        from . import reference
+
+        return getattr(reference, self.name)
+
+
+_EPS = Attr("eps", float, 1e-6, doc="added to the mean square (variance) before the square root")
+_APPROX = Attr("approximate", str, "none", ("none", "tanh"), doc="'none' (erf) or 'tanh'")
+_X = Input("input")
+
+
+def _gated(name: str, what: str) -> Op:
+    return Op(name, "activation", (_X,), (Output("out", "input", _halve_last),),
+              doc=f"{what}(input[..., :d]) * input[..., d:] for input [..., 2d] -> [..., d].")
+
+
+def _rms(name: str, gemma: bool) -> Op:
+    scale = "(1 + weight)" if gemma else "weight"
+    return Op(name, "norm", (_X, Input("weight", "column")), (Output("out", "input"),), (_EPS,),
+              doc=f"RMSNorm over the last dimension: input / sqrt(mean(input^2) + eps) * {scale}.")
+
+
+def _fused(name: str, gemma: bool) -> Op:
+    scale = "(1 + weight)" if gemma else "weight"
+    return Op(
+        name, "norm",
+        (_X, Input("residual"), Input("weight", "column")),
+        (Output("out", "input"), Output("residual_out", "residual")), (_EPS,),
+        aliases={"out": "input", "residual_out": "residual"},
+        doc=("residual <- input + residual (rounded to the dtype), then input <- RMSNorm(residual)"
+             f" * {scale}. In place in PyTorch; functional frameworks return both."),
+    )
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        _gated("silu_and_mul", "silu"),
+        _gated("gelu_and_mul", "gelu"),
+        _gated("gelu_tanh_and_mul", "gelu_tanh"),
+        Op("silu", "activation", (_X,), (Output("out", "input"),), doc="input * sigmoid(input)."),
+        Op("gelu", "activation", (_X,), (Output("out", "input"),), (_APPROX,),
+           doc="GELU, exact (erf) or tanh-approximated."),
+        Op("add_bias_gelu", "activation", (_X, Input("bias", "column")), (Output("out", "input"),),
+           (_APPROX,), doc="gelu(input + bias), bias broadcast over rows."),
+        Op("mul_add", "activation", (Input("a"), Input("b"), Input("c")), (Output("out", "a"),),
+           doc="a * b + c (same shapes), computed in float and rounded once."),
+        _rms("rmsnorm", gemma=False),
+        _rms("gemma_rmsnorm", gemma=True),
+        _fused("fused_add_rmsnorm", gemma=False),
+        _fused("gemma_fused_add_rmsnorm", gemma=True),
+        Op("layernorm", "norm", (_X, Input("weight", "column"), Input("bias", "column")),
+           (Output("out", "input"),), (Attr("eps", float, 1e-5, doc=_EPS.doc),),
+           doc="LayerNorm over the last dimension (biased variance) * weight + bias."),
+        Op("softmax", "softmax", (_X,), (Output("out", "input"),),
+           (Attr("scale", float, 1.0, doc="multiplies the input first"),),
+           doc="softmax(scale * input) over the last dimension; a row of -inf gives zeros."),
+    )
+}
