@@ -1,0 +1,169 @@
+"""The CUDA path: every op x dtype x shape (every kernel scope and vector width) against the
+float64 reference; CUDA graphs, side streams, torch.compile, the C++ example. Skipped without a
+GPU; run on the device."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import xkernels.torch as xt
+from cases import DTYPES, check
+from conftest import gpu
+from xkernels.ops import OPS
+
+pytestmark = gpu
+ROOT = Path(__file__).resolve().parents[1]
+
+# Widths chosen to reach each row-kernel scope for 16-bit (8 per vector), float32 (4) and
+# unaligned (1 per vector) rows: group (<= 128 vectors), block (<= 2048), cluster (<= 16384),
+# two-pass (beyond); plus 1 row, odd widths, padded rows, per-head views, unaligned pointers.
+SHAPES = [
+    ((1, 1), "contiguous"),
+    ((1, 7), "contiguous"),
+    ((3, 127), "contiguous"),
+    ((1000, 128), "contiguous"),
+    ((37, 4096), "contiguous"),
+    ((65, 8192), "contiguous"),
+    ((2, 4097), "contiguous"),
+    ((2, 16385), "contiguous"),
+    ((5, 20000), "contiguous"),
+    ((3, 100000), "contiguous"),
+    ((1, 262144), "contiguous"),
+    ((9, 1000), "strided"),
+    ((64, 8, 128), "heads"),
+    ((33, 4096), "unaligned"),
+    ((3, 127), "unaligned"),
+]
+
+
+@pytest.mark.parametrize("shape,layout", SHAPES, ids=[f"{s}-{l}" for s, l in SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_cuda_matches_reference(op, dtype, shape, layout):
+    check(op, shape, dtype, "cuda", layout)
+
+
+@pytest.mark.parametrize("op", [n for n, o in OPS.items() if any(x.role == "column" for x in o.inputs)])
+@pytest.mark.parametrize("shape", [(3, 40), (5, 4096), (2, 50000)])
+def test_cuda_float32_weights_with_bf16_input(op, shape):
+    check(op, shape, torch.bfloat16, "cuda", weight_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cols", [9, 4096, 40000, 262144, 524288])
+def test_softmax_rows_of_neg_inf_and_long_rows(dtype, cols):
+    x = torch.randn(4, cols, device="cuda").to(dtype)
+    x[1] = float("-inf")
+    x[2, ::2] = float("-inf")
+    y = xt.softmax(x, scale=1.5)
+    ref = torch.softmax(x[[0, 2, 3]].double() * 1.5, -1)
+    assert torch.equal(y[1], torch.zeros_like(y[1]))
+    err = (y[[0, 2, 3]].double() - ref).abs().max().item()
+    assert err < {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 4e-3}[dtype], err
+    assert torch.allclose(y[[0, 2, 3]].double().sum(-1), torch.ones(3, dtype=torch.float64,
+                          device="cuda"), atol=cols * 1e-3 if dtype != torch.float32 else 1e-4)
+
+
+@pytest.mark.parametrize("cols", [128, 4096, 20000, 262144])
+def test_norm_in_place_through_out(cols):
+    x = torch.randn(7, cols, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+    want = xt.rmsnorm(x, w)
+    xt.rmsnorm(x, w, out=x)
+    assert torch.equal(x, want)
+
+
+def test_run_to_run_bitwise_deterministic():
+    x = torch.randn(300, 20000, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(20000, device="cuda", dtype=torch.bfloat16)
+    for f in (lambda: xt.rmsnorm(x, w), lambda: xt.softmax(x), lambda: xt.layernorm(x, w, w)):
+        assert torch.equal(f(), f())
+
+
+def test_cuda_graph_capture_and_replay():
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    g = torch.cuda.CUDAGraph()
+    xt.rmsnorm(x, w)  # warm up (loads the module) outside capture
+    xt.silu_and_mul(x)
+    with torch.cuda.graph(g):
+        y = xt.rmsnorm(x, w)
+        z = xt.silu_and_mul(y)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        r.copy_(torch.randn_like(r))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, xt.rmsnorm(x, w))
+        assert torch.equal(z, xt.silu_and_mul(y))
+
+
+def test_side_stream_ordering():
+    """The kernel runs on torch's current stream: queued after a long kernel on a side stream,
+    it must see the data that stream wrote last."""
+    s = torch.cuda.Stream()
+    x = torch.zeros(512, 8192, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(8192, device="cuda", dtype=torch.bfloat16)
+    src = torch.randn(512, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(50_000_000)  # ~tens of ms of spinning on s
+        x.copy_(src)
+        y = xt.rmsnorm(x, w)
+    s.synchronize()
+    assert torch.equal(y, xt.rmsnorm(src, w))
+
+
+def test_torch_compile_fullgraph_inductor():
+    def layer(x, r, w, b):
+        xt.fused_add_rmsnorm(x, r, w)
+        h = xt.silu_and_mul(torch.cat([x, x * 2], -1))
+        h = xt.add_bias_gelu(h, b, approximate="tanh")
+        return xt.softmax(xt.rmsnorm(h, w), scale=0.5) + 1, r
+
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    args = [mk(16, 256), mk(16, 256), mk(256), mk(256)]
+    eager = layer(*[a.clone() for a in args])
+    compiled = torch.compile(layer, fullgraph=True)(*[a.clone() for a in args])
+    for e, c in zip(eager, compiled):
+        assert torch.allclose(e.float(), c.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_opcheck_cuda(op):
+    from test_torch_adapter import _op_args
+
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in _op_args(op)]
+    torch.library.opcheck(getattr(torch.ops.xkernels, op).default, args)
+
+
+def test_device_mismatch_is_a_value_error():
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(ValueError, match="weight must be on input's device cuda:0, got cpu"):
+        xt.rmsnorm(x, torch.randn(8))
+    with pytest.raises(ValueError, match="out must be on input's device cuda:0, got cpu"):
+        xt.softmax(x, out=torch.empty(4, 8))
+
+
+def test_second_device_code_path():
+    """Tensors on device k run on device k (the device guard), whatever the current device."""
+    k = torch.cuda.device_count() - 1
+    x = torch.randn(8, 256, device=f"cuda:{k}")
+    w = torch.randn(256, device=f"cuda:{k}")
+    with torch.cuda.device(0):
+        y = xt.rmsnorm(x, w)
+    assert y.device == x.device
+    assert torch.allclose(y, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, atol=1e-5)
+
+
+def test_cpp_example(tmp_path):
+    exe = tmp_path / "rmsnorm_example"
+    cmd = (ROOT / "examples/cpp/BUILD").read_text().split("\n")[0].replace("$OUT", str(exe))
+    subprocess.run(cmd, shell=True, check=True, cwd=ROOT)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, env=os.environ)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASS" in res.stdout, res.stdout
