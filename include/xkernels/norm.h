@@ -28,14 +28,14 @@ struct RMSNormOp {
   };
   static XK_DEVICE float prep(float x, const Attr&) { return x; }
   static XK_DEVICE float identity() { return 0.f; }
-  template <int VPT, int V, class Get>
-  static XK_DEVICE float local(Get v, const bool (&)[VPT]) {
+  template <int VPT, int V, class Get, class Reduce>
+  static XK_DEVICE float stats(Get v, const bool (&)[VPT], const Reduce& reduce, const Attr&) {
     float s = 0.f;  // vectors that are not ok hold zeros
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
 #pragma unroll
       for (int k = 0; k < V; ++k) s += v(j, k) * v(j, k);
-    return s;
+    return reduce(s, reduce::Sum{});
   }
   static XK_DEVICE Param finalize(float sum_sq, int cols, const Attr& attr) {
     return {rsqrtf(sum_sq / static_cast<float>(cols) + attr.eps)};
@@ -48,6 +48,10 @@ struct RMSNormOp {
 // Count, mean and sum of squared deviations, merged pairwise (Chan et al.) in a symmetric form.
 struct MeanM2 {
   float n, mean, m2;
+};
+
+struct Sum2 {
+  XK_DEVICE float2 operator()(float2 a, float2 b) const { return {a.x + b.x, a.y + b.y}; }
 };
 
 struct LayerNormOp {
@@ -70,22 +74,24 @@ struct LayerNormOp {
   };
   static XK_DEVICE float prep(float x, const Attr&) { return x; }
   static XK_DEVICE MeanM2 identity() { return {0.f, 0.f, 0.f}; }
-  template <int VPT, int V, class Get>
-  static XK_DEVICE MeanM2 local(Get v, const bool (&ok)[VPT]) {
-    float n = 0.f, sum = 0.f;  // vectors that are not ok hold zeros
+  // Count and mean first, then the squared deviations from that mean: two plain sums.
+  template <int VPT, int V, class Get, class Reduce>
+  static XK_DEVICE MeanM2 stats(Get v, const bool (&ok)[VPT], const Reduce& reduce, const Attr&) {
+    float2 nsum = {0.f, 0.f};  // vectors that are not ok hold zeros
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
-      n += ok[j] ? static_cast<float>(V) : 0.f;
+      nsum.x += ok[j] ? static_cast<float>(V) : 0.f;
 #pragma unroll
-      for (int k = 0; k < V; ++k) sum += v(j, k);
+      for (int k = 0; k < V; ++k) nsum.y += v(j, k);
     }
-    const float mean = n > 0.f ? sum / n : 0.f;
+    nsum = reduce(nsum, Sum2{});
+    const float mean = nsum.x > 0.f ? nsum.y / nsum.x : 0.f;
     float m2 = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
 #pragma unroll
       for (int k = 0; k < V; ++k) m2 += ok[j] ? (v(j, k) - mean) * (v(j, k) - mean) : 0.f;
-    return {n, mean, m2};
+    return {nsum.x, mean, reduce(m2, reduce::Sum{})};
   }
   static XK_DEVICE Param finalize(const MeanM2& s, int cols, const Attr& attr) {
     return {s.mean, rsqrtf(s.m2 / static_cast<float>(cols) + attr.eps)};

@@ -32,28 +32,50 @@ XK_DEVICE S warp_all_reduce(S s, Merge merge, int width = 32) {
   return s;
 }
 
-// All-reduce over the block. `smem` holds one S per warp (32). Every thread of the block must
-// call it; blockDim.x is a multiple of 32. Ends with a barrier so `smem` may be reused.
-template <typename S, typename Merge>
-XK_DEVICE S block_all_reduce(S s, Merge merge, S* smem) {
-  s = warp_all_reduce(s, merge);
-  const int warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
-  if ((threadIdx.x & 31) == 0) smem[warp] = s;
-  __syncthreads();
-  S total = smem[0];
-  for (int i = 1; i < num_warps; ++i) total = merge(total, smem[i]);
-  __syncthreads();
-  return total;
-}
+struct Sum {
+  template <typename T>
+  XK_DEVICE T operator()(T a, T b) const {
+    return a + b;
+  }
+};
 
-// All-reduce over a thread-block cluster (sm_90): block_all_reduce, then every block reads each
-// block's partial from distributed shared memory in rank order. `slot` is a __shared__ S.
+// All-reduce among the `width` lanes (<= 32, a power of two) that share a row.
+struct GroupReducer {
+  int width;
+  template <typename T, typename Merge>
+  XK_DEVICE T operator()(T v, Merge merge) const {
+    return warp_all_reduce(v, merge, width);
+  }
+};
+
+// All-reduce over the block: butterfly in each warp, then every thread merges the per-warp
+// partials in warp order (broadcast reads of shared memory). Measured on the H100, this short
+// chain beat a second butterfly over the partials (rmsnorm 32768x8192 bf16: 2987 vs 2777 GB/s):
+// each row's reduction sits on its critical path. `smem` holds 32 values of up to 16 bytes.
+// Ends with a barrier, so calls may follow each other.
+struct BlockReducer {
+  void* smem;
+  template <typename T, typename Merge>
+  XK_DEVICE T operator()(T v, Merge merge) const {
+    static_assert(sizeof(T) <= 16, "the block reducer's scratch holds 16-byte values");
+    T* s = static_cast<T*>(smem);
+    v = warp_all_reduce(v, merge);
+    if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T total = s[0];
+    for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) total = merge(total, s[i]);
+    __syncthreads();
+    return total;
+  }
+};
+
+// Merge one value per block across a thread-block cluster (sm_90) through distributed shared
+// memory, in rank order, so that every block gets the same bits. `slot` is a __shared__ S.
 template <typename S, typename Merge>
-XK_DEVICE S cluster_all_reduce(S s, Merge merge, S* smem, S* slot) {
+XK_DEVICE S cluster_all_reduce(S s, Merge merge, S* slot) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  s = block_all_reduce(s, merge, smem);
   if (threadIdx.x == 0) *slot = s;
   cluster.sync();
   S total = *cluster.map_shared_rank(slot, 0);
@@ -62,7 +84,7 @@ XK_DEVICE S cluster_all_reduce(S s, Merge merge, S* smem, S* slot) {
   cluster.sync();  // partners may still be reading our slot
   return total;
 #else
-  __trap();  // launchers only pick cluster kernels on sm_90+
+  __trap();  // launchers pick cluster kernels on sm_90+ only
   return s;
 #endif
 }

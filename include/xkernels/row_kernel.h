@@ -14,8 +14,10 @@
 //   Stats, Attr (scalars), Param (per-row result of the reduction)
 //   kWeight, kBias, kFusedAdd
 //   prep(x, attr) -> the value reduced and applied    (softmax scales; norms keep x)
-//   local<VPT, V>(get, ok) -> Stats of a thread's values get(j, k), vectors j with ok[j]
-//   identity() -> Stats;  Merge{}(a, b) -> Stats     (commutative)
+//   stats<VPT, V>(get, ok, reduce, attr) -> Stats of the values get(j, k) (vectors j with ok[j])
+//       held by all the threads that share `reduce`, an all-reducer: reduce(v, merge)
+//   identity() -> Stats;  Merge{}(a, b) -> Stats     (combines the Stats of disjoint parts of a
+//       row: across the blocks of a cluster, the chunks of a long row; commutative)
 //   finalize(stats, cols, attr) -> Param
 //   apply(v, w, b, param, attr) -> output value
 // With kFusedAdd the kept value is round_to_T(input + residual), which is also written to
@@ -86,12 +88,13 @@ XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_
   }
 }
 
-// Statistics of this thread's kept values (vectors that are not ok hold zeros and are skipped).
-template <class Op, typename T, int V, int VPT>
-XK_DEVICE typename Op::Stats local_stats(const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
-                                         const typename Op::Attr& attr) {
-  return Op::template local<VPT, V>(
-      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok);
+// Statistics of the kept values of all the threads that share `reduce` (vectors that are not ok
+// hold zeros and are skipped).
+template <class Op, typename T, int V, int VPT, class Reducer>
+XK_DEVICE typename Op::Stats row_stats(const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
+                                       const Reducer& reduce, const typename Op::Attr& attr) {
+  return Op::template stats<VPT, V>(
+      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok, reduce, attr);
 }
 
 // Write this thread's VPT vectors of one row through Op::apply.
@@ -124,10 +127,9 @@ template <class Op, typename T, typename W, int V, int VPT, Scope S>
 __global__ void __launch_bounds__(kMaxThreads)
     RowKernel(const RowArgs<T, W> a, const typename Op::Attr attr) {
   using Stats = typename Op::Stats;
-  __shared__ Stats smem[32];
+  __shared__ uint4 smem[32];
   __shared__ Stats slot;
   const int n = a.cols / V;
-  typename Op::Merge merge;
 
   int64_t first;  // this thread's first vector index in its row
   int stride;     // distance between its vectors
@@ -161,13 +163,14 @@ __global__ void __launch_bounds__(kMaxThreads)
     Vec<T, V> x[VPT];
     bool ok[VPT];
     load_row<Op, T, W, V, VPT>(a, row, row_ok, first, stride, n, x, ok);
-    Stats s = local_stats<Op, T, V, VPT>(x, ok, attr);
+    Stats s;
     if constexpr (S == Scope::kGroup) {
-      s = reduce::warp_all_reduce(s, merge, a.group);
-    } else if constexpr (S == Scope::kBlock) {
-      s = reduce::block_all_reduce(s, merge, smem);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr);
     } else {
-      s = reduce::cluster_all_reduce(s, merge, smem, &slot);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer{smem}, attr);
+      if constexpr (S == Scope::kCluster) {
+        s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &slot);
+      }
     }
     if (!row_ok) continue;
     const typename Op::Param p = Op::finalize(s, a.cols, attr);
@@ -175,26 +178,27 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-// Rows too long for registers: pass 1 reduces (and, fused, writes residual_out), pass 2 re-reads
-// (the new residual, when fused) and writes. One block per row.
+// Rows too long for registers: pass 1 reduces chunk by chunk, merging the chunks' statistics (and,
+// fused, writes residual_out), pass 2 re-reads (the new residual, when fused) and writes. One
+// block per row.
 template <class Op, typename T, typename W, int V, int VPT>
 __global__ void __launch_bounds__(kMaxThreads)
     RowKernelLong(const RowArgs<T, W> a, const typename Op::Attr attr) {
   using Stats = typename Op::Stats;
-  __shared__ Stats smem[32];
+  __shared__ uint4 smem[32];
   const int n = a.cols / V;
   const int chunk = blockDim.x * VPT;
   typename Op::Merge merge;
+  const reduce::BlockReducer block{smem};
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     Stats acc = Op::identity();
     for (int64_t c = 0; c < n; c += chunk) {
       Vec<T, V> x[VPT];
       bool ok[VPT];
       load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, ok);
-      acc = merge(acc, local_stats<Op, T, V, VPT>(x, ok, attr));
+      acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr));  // uniform over the block
     }
-    const Stats s = reduce::block_all_reduce(acc, merge, smem);
-    const typename Op::Param p = Op::finalize(s, a.cols, attr);
+    const typename Op::Param p = Op::finalize(acc, a.cols, attr);
     for (int64_t c = 0; c < n; c += chunk) {
       Vec<T, V> x[VPT];
       bool ok[VPT];

@@ -33,20 +33,22 @@ struct SoftmaxOp {
   };
   static XK_DEVICE float prep(float x, const Attr& attr) { return x * attr.scale_log2; }
   static XK_DEVICE MaxSum identity() { return {-math::kInf, 0.f}; }
-  template <int VPT, int V, class Get>
-  static XK_DEVICE MaxSum local(Get v, const bool (&ok)[VPT]) {
+  // Each thread's (max, sum of 2^(v - max)), then one reduction of those pairs: measured faster
+  // than a max reduction followed by a sum reduction (32768x8192 bf16: 2751 vs 2364 GB/s).
+  template <int VPT, int V, class Get, class Reduce>
+  static XK_DEVICE MaxSum stats(Get v, const bool (&ok)[VPT], const Reduce& reduce, const Attr&) {
     float m = -math::kInf;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
 #pragma unroll
       for (int k = 0; k < V; ++k) m = ok[j] ? fmaxf(m, v(j, k)) : m;
-    if (m == -math::kInf) return {m, 0.f};
+    const bool live = m != -math::kInf;  // a thread with only -inf (or no) values sums nothing
     float s = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
 #pragma unroll
-      for (int k = 0; k < V; ++k) s += ok[j] ? math::ex2_approx(v(j, k) - m) : 0.f;
-    return {m, s};
+      for (int k = 0; k < V; ++k) s += ok[j] && live ? math::ex2_approx(v(j, k) - m) : 0.f;
+    return reduce(MaxSum{m, s}, Merge{});
   }
   static XK_DEVICE Param finalize(const MaxSum& st, int, const Attr&) {
     return {st.m, st.s > 0.f ? 1.f / st.s : 0.f};

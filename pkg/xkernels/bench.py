@@ -1,0 +1,1136 @@
+"""`xkernels bench`: check every op against its float64 reference and time it next to the peers.
+
+On a GPU: CUDA events around CUDA-graph replays over rotating input sets (>= 3x L2), the median of
+>= 100 ms of samples, next to the peers that are installed (torch eager, torch.compile, FlashInfer,
+Liger), with GB/s and the share of a 1 GiB device-to-device copy timed the same way in the same
+run. Without a GPU: the host path (CPU tensors) at small shapes, timed with time.perf_counter.
+
+Results: a table (printed last) and, with --out DIR, DIR/<family>-<gpu>.jsonl, one object per
+row, appended as rows are measured. Exit status 1 when an xkernels op fails its check or fails to
+run; a peer that fails is reported in the table and the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import math
+import re
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .ops import OPS
+
+FAMILIES = ("norm", "activation", "softmax", "overhead")
+IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger")
+PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"), "liger": ("liger_kernel", "liger-kernel")}
+DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float32", 4)}
+# |out - ref| <= atol + rtol * |ref| (as tests/cases.py): (rtol, atol) per dtype.
+TOL = {"bf16": (2e-2, 2e-2), "fp16": (4e-3, 4e-3), "fp32": (2e-5, 2e-5)}
+# and ||out - ref|| / ||ref|| at most this (the elementwise atol alone passes an all-zero softmax
+# of wide rows): a few output roundings of the dtype.
+REL_TOL = {"bf16": 2e-2, "fp16": 4e-3, "fp32": 1e-4}
+
+# Input shapes (gated ops: [rows, 2d]). add_bias_gelu uses approximate='tanh' for every impl.
+_NORM = [(1, 4096), (128, 4096), (8192, 4096), (32768, 8192)]
+QK_NORM = (1048576, 128)  # rows of one head: FlashInfer gets it as [32768, 32, 128]
+QK_HEADS = 32
+_GATED = [(1, 28672), (4096, 28672), (8192, 28672)]
+CASES: dict[str, list[tuple[str, tuple[int, ...]]]] = {
+    "norm": [("rmsnorm", s) for s in [*_NORM, QK_NORM]]
+    + [("fused_add_rmsnorm", s) for s in _NORM]
+    + [("layernorm", s) for s in _NORM],
+    "activation": [(op, s) for op in ("silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul")
+                   for s in _GATED]
+    + [("add_bias_gelu", (131072, 4096)), ("mul_add", (1 << 28,))],
+    "softmax": [("softmax", (32768, 8192)), ("softmax", (4096, 131072))],
+}
+ATTRS: dict[str, dict[str, Any]] = {
+    "rmsnorm": {"eps": 1e-6},
+    "fused_add_rmsnorm": {"eps": 1e-6},
+    "layernorm": {"eps": 1e-5},
+    "add_bias_gelu": {"approximate": "tanh"},
+    "softmax": {"scale": 1.0},
+}
+OVERHEAD_SHAPE = (1, 4096)
+
+L2_FACTOR = 3  # rotating input sets cover at least this many times the L2
+MAX_SETS = 1000  # and at most this many sets (= calls per graph)
+CHECK_ROWS = 16  # first and last rows checked against the float64 reference
+CHECK_ELEMS = 4096  # 1-D ops: first and last elements checked
+HOST_CAP, HOST_CAP_QUICK = 1 << 20, 1 << 16  # host path: elements per input at most
+
+TABLE_COLUMNS = ("op", "shape", "impl", "ms", "GB/s", "%copy", "vs best peer", "note")
+NOTE_WIDTH = 48  # the table's notes are cut (the JSONL keeps them whole)
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers (no torch): bytes, names, shapes, the table.
+
+
+def bytes_moved(op: str, shape: tuple[int, ...], elem: int, weight_elem: int | None = None) -> int:
+    """Bytes that must cross memory: each input read once, each output written once.
+
+    `shape` is the input shape (gated ops: [..., 2d]); rmsnorm counts its weight, fused_add_rmsnorm
+    does not (4 * rows * cols * elem, as anchors.md counts it)."""
+    we = elem if weight_elem is None else weight_elem
+    n = math.prod(shape)
+    cols = shape[-1]
+    if op in ("rmsnorm", "gemma_rmsnorm"):
+        return 2 * n * elem + cols * we
+    if op in ("fused_add_rmsnorm", "gemma_fused_add_rmsnorm"):
+        return 4 * n * elem
+    if op == "layernorm":
+        return 2 * n * elem + 2 * cols * we
+    if op.endswith("_and_mul"):
+        return 3 * (n // 2) * elem
+    if op in ("softmax", "silu", "gelu"):
+        return 2 * n * elem
+    if op == "add_bias_gelu":
+        return 2 * n * elem + cols * we
+    if op == "mul_add":
+        return 4 * n * elem
+    if op == "copy":
+        return 2 * n * elem
+    raise ValueError(f"no byte count for {op!r}")
+
+
+def gbps(nbytes: int, ms: float | None) -> float | None:
+    return None if not ms or ms <= 0 else nbytes / ms / 1e6
+
+
+def gpu_short_name(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
+    toks = [t for t in re.split(r"[\s_\-/]+", name.lower()) if t]
+    toks = [t for t in toks if t not in ("nvidia", "geforce", "tesla", "quadro", "amd", "radeon")]
+    if not toks:
+        return "gpu"
+    first = re.sub(r"[^a-z0-9]", "", toks[0])
+    if first.isalpha() and len(toks) > 1:  # "rtx 4090", "rtx a6000"
+        first += re.sub(r"[^a-z0-9]", "", toks[1])
+    return first or "gpu"
+
+
+def host_shape(shape: tuple[int, ...], cap: int) -> tuple[int, ...]:
+    """The shape cut (rows first) to at most `cap` elements, for the host path."""
+    if len(shape) == 1:
+        return (min(shape[0], cap),)
+    row = math.prod(shape[1:])
+    return (max(1, min(shape[0], cap // row)), *shape[1:])
+
+
+def select_cases(family: str, quick: bool = False, host_cap: int | None = None):
+    """(op, input shape) pairs of a family; --quick keeps each op's two smallest shapes and its
+    largest; the host path cuts the shapes to `host_cap` elements (duplicates dropped)."""
+    by_op: dict[str, list[tuple[int, ...]]] = {}
+    for op, shape in CASES[family]:
+        by_op.setdefault(op, []).append(shape)
+    out = []
+    for op, shapes in by_op.items():
+        if quick:
+            order = sorted(shapes, key=math.prod)
+            keep = set(order[:2]) | {order[-1]}
+            shapes = [s for s in shapes if s in keep]
+        if host_cap is not None:
+            shapes = list(dict.fromkeys(host_shape(s, host_cap) for s in shapes))
+        out += [(op, s) for s in shapes]
+    return out
+
+
+def n_sets(set_bytes: int, l2_bytes: int) -> int:
+    """Input sets to rotate so that they cover L2_FACTOR x the L2 (1 .. MAX_SETS)."""
+    return max(1, min(MAX_SETS, math.ceil(L2_FACTOR * l2_bytes / max(1, set_bytes))))
+
+
+def check_index(n: int, k: int = CHECK_ROWS) -> list[int]:
+    """The first and last k indices of n."""
+    return sorted(set(range(min(k, n))) | set(range(max(0, n - k), n)))
+
+
+def impl_group(impl: str) -> str:
+    """The --impls name an impl's display name belongs to."""
+    if impl.startswith("xkernels"):
+        return "xkernels"
+    if impl.startswith("torch.compile"):
+        return "torch.compile"
+    for g in ("torch", "flashinfer", "liger"):
+        if impl.startswith(g):
+            return g
+    return impl
+
+
+def fmt_shape(shape) -> str:
+    if len(shape) == 1 and shape[0] >= 1 << 20 and shape[0] & (shape[0] - 1) == 0:
+        return f"2^{shape[0].bit_length() - 1}"
+    return "x".join(str(s) for s in shape)
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def best_peer_ratios(rows: list[dict]) -> dict[int, float]:
+    """{index of an xkernels row: its ms / the fastest peer's ms of the same op and shape}.
+    Peers that failed or failed their check do not count."""
+    best: dict[tuple, float] = {}
+    for r in rows:
+        if impl_group(r["impl"]) == "xkernels" or r.get("ms") is None or r.get("check") == "failed":
+            continue
+        key = (r.get("family"), r["op"], tuple(r["shape"]))
+        best[key] = min(best.get(key, math.inf), r["ms"])
+    out = {}
+    for i, r in enumerate(rows):
+        key = (r.get("family"), r["op"], tuple(r["shape"]))
+        if impl_group(r["impl"]) == "xkernels" and r.get("ms") is not None and key in best:
+            out[i] = r["ms"] / best[key]
+    return out
+
+
+def format_table(rows: list[dict], copy_gbps: float | None = None) -> str:
+    """The printed table: op, shape, impl, ms, GB/s, %copy, vs best peer (xkernels rows: our
+    time / the fastest peer's; < 1 means xkernels wins), note."""
+    ratios = best_peer_ratios(rows)
+    cells: list[tuple[str, ...]] = [TABLE_COLUMNS]
+    family = None
+    for i, r in enumerate(rows):
+        if r.get("family") not in (family, "copy"):
+            family = r.get("family")
+            cells.append((f"[{family}]",))
+        g = r.get("gbps")
+        pct = r.get("pct_copy")
+        if pct is None and g is not None and copy_gbps:
+            pct = 100.0 * g / copy_gbps
+        note = r.get("note") or ""
+        if r.get("host_us") is not None:
+            note = f"{r['host_us']:.2f} us/call" + (f"; {note}" if note else "")
+        cells.append((
+            r["op"], fmt_shape(r["shape"]), r["impl"],
+            _fmt(r.get("ms"), ".4f" if (r.get("ms") or 0) < 10 else ".2f"),
+            _fmt(g, ".1f"), _fmt(pct, ".1f"), _fmt(ratios.get(i), ".2f"),
+            note if len(note) <= NOTE_WIDTH else note[:NOTE_WIDTH - 3] + "...",
+        ))
+    widths = [max(len(c[j]) for c in cells if len(c) > 1) for j in range(len(TABLE_COLUMNS) - 1)]
+    right = {3, 4, 5, 6}
+    lines = []
+    for c in cells:
+        if len(c) == 1:  # a family's heading
+            lines.append(c[0])
+            continue
+        parts = [c[j].rjust(widths[j]) if j in right else c[j].ljust(widths[j])
+                 for j in range(len(widths))]
+        lines.append("  ".join(parts + [c[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def _error(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = next((m for m in msg if m.strip()), "")
+    text = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _dist_version(*names: str) -> str | None:
+    for n in names:
+        try:
+            return importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+def versions() -> dict[str, str]:
+    """xkernels, torch, triton, tvm_ffi, cuda, flashinfer, liger: those present (no peer import)."""
+    out = {"xkernels": __version__}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        if torch.version.cuda:
+            out["cuda"] = torch.version.cuda
+    except ImportError:
+        pass
+    for key, dists in (("triton", ("triton", "pytorch-triton")), ("tvm_ffi", ("apache-tvm-ffi",)),
+                       ("flashinfer", ("flashinfer-python", "flashinfer")),
+                       ("liger", ("liger-kernel", "liger_kernel"))):
+        v = _dist_version(*dists)
+        if v is not None:
+            out[key] = v
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Timing.
+
+
+def time_gpu(calls: list[Callable[[], Any]], min_ms: float = 100.0, min_samples: int = 10,
+             graph: bool = True, max_samples: int = 20000) -> tuple[float, str | None]:
+    """Median ms per call: CUDA events around replays of one CUDA graph that makes every call of
+    `calls` once (one call per rotating input set). Warm-up: every call twice, eagerly, before
+    the capture (JIT compilers run outside the graph). Samples until `min_ms` of measurement and
+    at least `min_samples`. Returns (ms per call, None), or (ms per call, why) when the graph
+    could not be captured and plain launches were timed instead (events around the same loop)."""
+    import torch
+
+    for _ in range(2):
+        for c in calls:
+            c()
+    torch.cuda.synchronize()
+
+    def eager():
+        for c in calls:
+            c()
+
+    run, why = eager, None
+    g = None
+    if graph:
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for c in calls:
+                    c()
+            run = g.replay
+        except Exception as e:  # noqa: BLE001 (any capture failure: time plain launches)
+            why = _error(e)
+            g = None
+            with contextlib.suppress(Exception):  # a sticky error fails the eager loop below
+                torch.cuda.synchronize()
+    if why is None and not graph:
+        why = "graphs off"
+    run()  # the first replay (or loop) uploads the graph
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    est = max(start.elapsed_time(end), 1e-3)
+    n = int(min(max_samples, max(min_samples, math.ceil(min_ms / est))))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        s.record()
+        run()
+        e.record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    del g
+    return statistics.median(samples) / len(calls), why
+
+
+def time_host(calls: list[Callable[[], Any]], min_ms: float = 50.0, min_samples: int = 10,
+              max_samples: int = 1000) -> tuple[float, str | None]:
+    """Median ms per call on the host clock (time.perf_counter): each sample makes every call once;
+    warm-up: every call twice. Same return as time_gpu."""
+    for _ in range(2):
+        for c in calls:
+            c()
+    samples: list[float] = []
+    while len(samples) < min_samples or (sum(samples) < min_ms and len(samples) < max_samples):
+        t0 = time.perf_counter()
+        for c in calls:
+            c()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples) / len(calls), None
+
+
+def host_loop_us(fn: Callable[[], Any], calls: int, sync: Callable[[], Any],
+                 repeats: int = 3, warmup: int = 200) -> float:
+    """Per-call wall time (us) of a host loop of `calls` calls synchronized at the end; the median
+    of `repeats` loops."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Implementations: bind(set) -> call() -> outputs (a tuple, in the op table's output order).
+
+
+@dataclass
+class Impl:
+    name: str
+    bind: Callable[[dict], Callable[[], tuple]]
+    note: str = ""
+    fallback: Impl | None = None  # tried when the first (checking) call raises
+
+    @property
+    def group(self) -> str:
+        return impl_group(self.name)
+
+
+def _failing(e: BaseException) -> Callable[[dict], Callable[[], tuple]]:
+    def bind(s):
+        raise RuntimeError(f"import: {_error(e)}")
+
+    return bind
+
+
+def _torch_composites(op: str, attrs: dict) -> dict[str, Callable]:
+    """The torch eager composites of an op: {'': main} and variants ('functional' for fused)."""
+    import torch
+    import torch.nn.functional as F
+
+    if op == "rmsnorm":
+        eps = attrs["eps"]
+
+        def rmsnorm(x, w):
+            return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+        return {"": rmsnorm}
+    if op == "fused_add_rmsnorm":
+        eps = attrs["eps"]
+
+        def fused_add_rmsnorm(x, r, w):  # in place, as the op: r <- x + r; x <- rmsnorm(r)
+            r.add_(x)
+            x.copy_(F.rms_norm(r, (r.shape[-1],), w, eps))
+
+        def fused_add_rmsnorm_functional(x, r, w):
+            s = x + r
+            return F.rms_norm(s, (s.shape[-1],), w, eps), s
+
+        return {"": fused_add_rmsnorm, "functional": fused_add_rmsnorm_functional}
+    if op == "layernorm":
+        eps = attrs["eps"]
+
+        def layernorm(x, w, b):
+            return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+        return {"": layernorm}
+    if op.endswith("_and_mul"):
+        act = {"silu_and_mul": F.silu, "gelu_and_mul": F.gelu,
+               "gelu_tanh_and_mul": functools.partial(F.gelu, approximate="tanh")}[op]
+
+        def act_and_mul(x):
+            d = x.shape[-1] // 2
+            return act(x[..., :d]) * x[..., d:]
+
+        return {"": act_and_mul}
+    if op == "add_bias_gelu":
+        approximate = attrs["approximate"]
+
+        def add_bias_gelu(x, b):
+            return F.gelu(x + b, approximate=approximate)
+
+        return {"": add_bias_gelu}
+    if op == "mul_add":
+        def mul_add(a, b, c):
+            return a * b + c
+
+        return {"": mul_add}
+    if op == "softmax":
+        scale = attrs["scale"]
+
+        def softmax(x):
+            return torch.softmax(x * scale if scale != 1.0 else x, -1)
+
+        return {"": softmax}
+    return {}
+
+
+@functools.cache
+def _torch_fn(op: str, attrs_key: tuple, variant: str, compiled: bool) -> Callable:
+    """One function object per (op, attributes, variant): torch.compile recompiles it per shape
+    (dynamic=False) and keeps every compiled shape."""
+    fn = _torch_composites(op, dict(attrs_key))[variant]
+    if not compiled:
+        return fn
+    import torch
+
+    return torch.compile(fn, dynamic=False)
+
+
+def _setup_dynamo() -> None:
+    """Let dynamo keep one compiled graph per shape (it recompiles per shape, dynamic=False)."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    for k, v in (("cache_size_limit", 256), ("recompile_limit", 256),
+                 ("accumulated_cache_size_limit", 4096), ("accumulated_recompile_limit", 4096)):
+        # an older or newer torch may lack a name or refuse it: keep its default then
+        with contextlib.suppress(Exception):
+            if hasattr(cfg, k):
+                setattr(cfg, k, max(int(getattr(cfg, k)), v))
+
+
+def _data(op: str) -> list[str]:
+    return [x.name for x in OPS[op].inputs]
+
+
+def _bind_fn(fn: Callable, names: list[str], mutated: list[str] | None = None):
+    """bind for fn(*set[names]): returns fn's result as a tuple, or, when fn works in place, the
+    tensors of `mutated`."""
+    def bind(s):
+        args = [s[n] for n in names]
+        if mutated:
+            outs = tuple(s[n] for n in mutated)
+
+            def call():
+                fn(*args)
+                return outs
+        else:
+            def call():
+                r = fn(*args)
+                return r if isinstance(r, tuple) else (r,)
+        return call
+
+    return bind
+
+
+def _xkernels_impl(op: str, attrs: dict) -> Impl:
+    spec = OPS[op]
+
+    def bind(s):
+        import xkernels.torch as xt
+
+        fn = getattr(xt, op)
+        args = [s[x.name] for x in spec.inputs]
+        if spec.in_place:
+            outs = tuple(s[spec.aliases[o.name]] for o in spec.outputs)
+
+            def call():
+                fn(*args, **attrs)
+                return outs
+        else:
+            out = s["out"]
+
+            def call():
+                fn(*args, **attrs, out=out)
+                return (out,)
+        return call
+
+    return Impl("xkernels", bind)
+
+
+def _torch_impls(op: str, attrs: dict, compiled: bool) -> list[Impl]:
+    name = "torch.compile" if compiled else "torch"
+    key = tuple(sorted(attrs.items()))
+    variants = _torch_composites(op, attrs)
+    if not variants:
+        return []
+    names = _data(op)
+    spec = OPS[op]
+
+    def bind_for(variant: str, mutated: list[str] | None = None):
+        def bind(s):  # torch.compile wraps on the first bind: --impls torch never compiles
+            return _bind_fn(_torch_fn(op, key, variant, compiled), names, mutated)(s)
+        return bind
+
+    if spec.in_place:
+        functional = Impl(f"{name} (functional)", bind_for("functional"),
+                          "x+r, rms_norm: new tensors")
+        return [Impl(name, bind_for("", list(spec.aliases.values())), fallback=functional)]
+    out = [Impl(name, bind_for(""))]
+    if op == "mul_add" and not compiled:
+        import torch
+
+        def bind(s):
+            a, b, c, o = s["a"], s["b"], s["c"], s["out"]
+
+            def call():
+                torch.addcmul(c, a, b, out=o)
+                return (o,)
+            return call
+
+        out.append(Impl("torch.addcmul", bind))
+    return out
+
+
+def _split(x):
+    d = x.shape[-1] // 2
+    return x[..., :d].contiguous(), x[..., d:].contiguous()
+
+
+def _flashinfer_impls(op: str, attrs: dict, fi: Any, shape: tuple[int, ...]) -> list[Impl]:
+    """FlashInfer 0.5.3: flashinfer.norm.{rmsnorm, fused_add_rmsnorm, layernorm},
+    flashinfer.activation.{silu,gelu,gelu_tanh}_and_mul, flashinfer.sampling.softmax."""
+    if isinstance(fi, BaseException):
+        if op in ("rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax") or op.endswith("_and_mul"):
+            return [Impl("flashinfer", _failing(fi))]
+        return []
+    eps = attrs.get("eps")
+    if op == "rmsnorm":
+        def bind2(s):
+            x, w, o = s["input"], s["weight"], s["out"]
+            return lambda: (fi.norm.rmsnorm(x, w, eps, out=o),)
+
+        if shape[-1] <= 256 and shape[0] % QK_HEADS == 0 and len(shape) == 2 and shape[0] > 1:
+            def bind3(s):  # QK-norm: FlashInfer's 3-D [tokens, heads, head_dim] path
+                x, w, o = s["input"], s["weight"], s["out"]
+                v = (shape[0] // QK_HEADS, QK_HEADS, shape[-1])
+                x3, o3 = x.view(v), o.view(v)
+                return lambda: (fi.norm.rmsnorm(x3, w, eps, out=o3),)
+
+            note = f"3-D input [{shape[0] // QK_HEADS}, {QK_HEADS}, {shape[-1]}]"
+            return [Impl("flashinfer (3-D)", bind3, note,
+                         fallback=Impl("flashinfer (2-D)", bind2, "3-D path failed; 2-D"))]
+        return [Impl("flashinfer", bind2)]
+    if op == "fused_add_rmsnorm":
+        def bindf(s):
+            x, r, w = s["input"], s["residual"], s["weight"]
+
+            def call():
+                fi.norm.fused_add_rmsnorm(x, r, w, eps)
+                return (x, r)
+            return call
+
+        return [Impl("flashinfer", bindf)]
+    if op == "layernorm":
+        import torch
+
+        def bindl(s):  # FlashInfer's layernorm takes float32 gamma and beta
+            x = s["input"]
+            w, b = s["weight"].to(torch.float32), s["bias"].to(torch.float32)
+            return lambda: (fi.norm.layernorm(x, w, b, eps),)
+
+        return [Impl("flashinfer", bindl, "fp32 weight/bias (its API)")]
+    if op.endswith("_and_mul"):
+        def binda(s):
+            f = getattr(fi.activation, op)
+            x, o = s["input"], s["out"]
+            return lambda: (f(x, out=o),)
+
+        return [Impl("flashinfer", binda)]
+    if op == "softmax":
+        temperature = 1.0 / attrs["scale"]
+
+        def binds(s):
+            x = s["input"]
+            return lambda: (fi.sampling.softmax(x, temperature=temperature),)
+
+        return [Impl("flashinfer", binds, "sampling.softmax: casts to fp32, fp32 out")]
+    return []
+
+
+def _liger_impls(op: str, attrs: dict, lk: Any) -> list[Impl]:
+    """Liger 0.8.5 (liger_kernel.ops, the autograd Functions' forward): LigerRMSNormFunction,
+    LigerFusedAddRMSNormFunction, LigerLayerNormFunction, LigerFusedGateUpSiLUMulFunction,
+    LigerSiLUMulFunction(a, b), LigerGELUMulFunction(a, b) (tanh), LigerSoftmaxFunction."""
+    if isinstance(lk, BaseException):
+        if op in ("rmsnorm", "fused_add_rmsnorm", "layernorm", "silu_and_mul",
+                  "gelu_tanh_and_mul", "softmax"):
+            return [Impl("liger", _failing(lk))]
+        return []
+    eps = attrs.get("eps")
+    if op == "rmsnorm":
+        return [Impl("liger", _bind_fn(
+            lambda x, w: lk.LigerRMSNormFunction.apply(x, w, eps), ["input", "weight"]))]
+    if op == "fused_add_rmsnorm":
+        return [Impl("liger", _bind_fn(
+            lambda x, r, w: tuple(lk.LigerFusedAddRMSNormFunction.apply(x, r, w, eps)),
+            ["input", "residual", "weight"]), "returns new (out, residual)")]
+    if op == "layernorm":
+        return [Impl("liger", _bind_fn(
+            lambda x, w, b: lk.LigerLayerNormFunction.apply(x, w, b, eps),
+            ["input", "weight", "bias"]))]
+
+    def split_bind(fn):
+        def bind(s):
+            a, b = _split(s["input"])
+            return lambda: (fn(a, b),)
+        return bind
+
+    if op == "silu_and_mul":
+        return [
+            Impl("liger", _bind_fn(lambda x: lk.LigerFusedGateUpSiLUMulFunction.apply(x),
+                                   ["input"]), "fused gate-up [.., 2d]"),
+            Impl("liger (a,b split)", split_bind(lambda a, b: lk.LigerSiLUMulFunction.apply(a, b)),
+                 "swiglu on separate a, b"),
+        ]
+    if op == "gelu_tanh_and_mul":
+        return [Impl("liger (a,b split)", split_bind(lambda a, b: lk.LigerGELUMulFunction.apply(a, b)),
+                     "geglu (tanh) on separate a, b")]
+    if op == "softmax" and attrs.get("scale", 1.0) == 1.0:
+        return [Impl("liger", _bind_fn(lambda x: lk.LigerSoftmaxFunction.apply(x), ["input"]))]
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# The run.
+
+
+@dataclass
+class Context:
+    gpu: bool
+    dtype_name: str
+    quick: bool
+    groups: set[str]
+    device: str = "cpu"
+    l2_bytes: int = 0
+    peers: dict[str, Any] = field(default_factory=dict)  # name -> module, or the import error
+    writer: Callable[[dict], None] | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    date: str = ""
+    copy_gbps: float | None = None
+    xkernels_failed: list[str] = field(default_factory=list)
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, DTYPES[self.dtype_name][0])
+
+    @property
+    def elem(self) -> int:
+        return DTYPES[self.dtype_name][1]
+
+    @property
+    def dev(self) -> str:
+        return "cuda" if self.gpu else "cpu"
+
+    def time(self, calls):
+        if self.gpu:
+            return time_gpu(calls, min_ms=25.0 if self.quick else 100.0)
+        return time_host(calls, min_ms=5.0 if self.quick else 50.0)
+
+
+def load_peer(name: str) -> Any:
+    """The peer's module, None when it is not installed (never imported then), or the exception
+    its import raised."""
+    top, _ = PEERS[name]
+    if importlib.util.find_spec(top) is None:
+        return None
+    try:
+        if name == "flashinfer":
+            return importlib.import_module("flashinfer")
+        return importlib.import_module("liger_kernel.ops")
+    except Exception as e:  # noqa: BLE001 (a broken peer is reported, the run goes on)
+        return e
+
+
+def impls_for(op: str, attrs: dict, shape: tuple[int, ...], ctx: Context) -> list[Impl]:
+    out = [_xkernels_impl(op, attrs)] if "xkernels" in ctx.groups else []
+    if "torch" in ctx.groups:
+        out += _torch_impls(op, attrs, compiled=False)
+    if "torch.compile" in ctx.groups:
+        out += _torch_impls(op, attrs, compiled=True)
+    if "flashinfer" in ctx.groups and ctx.peers.get("flashinfer") is not None:
+        out += _flashinfer_impls(op, attrs, ctx.peers["flashinfer"], shape)
+    if "liger" in ctx.groups and ctx.peers.get("liger") is not None:
+        out += _liger_impls(op, attrs, ctx.peers["liger"])
+    return out
+
+
+def _make_set(op: str, shape, ctx: Context, columns: dict) -> dict:
+    import torch
+
+    spec = OPS[op]
+    s = dict(columns)
+    for x in spec.inputs:
+        if x.role != "column":
+            s[x.name] = torch.randn(shape, dtype=ctx.torch_dtype, device=ctx.dev)
+    if not spec.in_place:
+        (o,) = spec.outputs
+        s["out"] = torch.empty(o.shape(tuple(shape)), dtype=ctx.torch_dtype, device=ctx.dev)
+    return s
+
+
+def _rows_of(t, idx):
+    import torch
+
+    if t.ndim > 2:
+        t = t.reshape(-1, t.shape[-1])
+    return t.index_select(0, torch.tensor(idx, device=t.device))
+
+
+def _reference(op: str, attrs: dict, pristine: dict, idx: list[int], dtype):
+    """Float64 reference outputs on the checked rows (a tuple)."""
+    import torch
+
+    spec = OPS[op]
+    args = [(pristine[x.name] if x.role == "column" else _rows_of(pristine[x.name], idx))
+            .detach().double().cpu().numpy() for x in spec.inputs]
+    kw = dict(attrs)
+    if spec.in_place:
+        kw["round_to"] = lambda a: torch.from_numpy(a).to(dtype).double().numpy()
+    ref = spec.reference()(*args, **kw)
+    return ref if isinstance(ref, tuple) else (ref,)
+
+
+def compare(got: tuple, ref: tuple, idx: list[int], dtype_name: str) -> str | None:
+    """None when every checked element is within the tolerance, else what is wrong."""
+    import numpy as np
+
+    rtol, atol = TOL[dtype_name]
+    if len(got) != len(ref):
+        return f"{len(got)} outputs, expected {len(ref)}"
+    for k, (g, r) in enumerate(zip(got, ref)):
+        g = _rows_of(g, idx).detach().double().cpu().numpy()
+        if g.shape != r.shape:
+            return f"output {k}: shape {g.shape}, expected {r.shape}"
+        finite = np.isfinite(r)
+        if not np.isfinite(g[finite]).all():
+            return f"output {k}: non-finite or unwritten elements"
+        err = np.abs(g - r)
+        bad = err > atol + rtol * np.abs(r)
+        if bad.any():
+            return f"output {k}: {int(bad.sum())}/{bad.size} off, max err {err.max():.3g}"
+        g, r = g[finite], r[finite]
+        rel = np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-30)
+        if rel > REL_TOL[dtype_name]:
+            return f"output {k}: relative error {rel:.3g} > {REL_TOL[dtype_name]:g}"
+    return None
+
+
+def _check_set(op: str, pristine: dict) -> dict:
+    """Fresh copies of the first set's original inputs, and a NaN-poisoned `out`."""
+    import torch
+
+    spec = OPS[op]
+    s = {}
+    for k, v in pristine.items():
+        if k == "out":
+            s[k] = torch.full_like(v, float("nan"))
+        else:
+            s[k] = v if spec.input(k).role == "column" else v.clone()
+    return s
+
+
+def _row(ctx: Context, family: str, op: str, shape, impl: str, ms, nbytes, note="", **kw) -> dict:
+    g = gbps(nbytes, ms) if nbytes is not None else None
+    row = {"family": family, "op": op, "shape": list(shape), "dtype": ctx.dtype_name,
+           "impl": impl, "ms": ms, "gbps": g,
+           "pct_copy": (100.0 * g / ctx.copy_gbps) if g is not None and ctx.copy_gbps else None,
+           "device": ctx.device, "date": ctx.date, "versions": ctx.versions, "note": note}
+    row.update(kw)
+    return row
+
+
+def run_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pristine: dict,
+             ref: tuple, idx: list[int], ctx: Context, family: str, nbytes: int) -> dict:
+    notes = [impl.note] if impl.note else []
+    check = None
+    t0 = time.perf_counter()  # the first call compiles (torch.compile, Triton, FlashInfer JIT)
+    try:
+        got = impl.bind(_check_set(op, pristine))()
+    except Exception as e:  # noqa: BLE001
+        if impl.fallback is None:
+            return _row(ctx, family, op, shape, impl.name, None, nbytes, f"failed: {_error(e)}")
+        impl, notes = impl.fallback, [impl.fallback.note, f"({impl.name}: {_error(e)})"]
+        try:
+            got = impl.bind(_check_set(op, pristine))()
+        except Exception as e2:  # noqa: BLE001
+            return _row(ctx, family, op, shape, impl.name, None, nbytes, f"failed: {_error(e2)}")
+    first_s = time.perf_counter() - t0
+    try:
+        bad = compare(got, ref, idx, ctx.dtype_name)
+    except Exception as e:  # noqa: BLE001
+        bad = f"check raised {_error(e)}"
+    del got
+    if bad:
+        check = "failed"
+        notes.insert(0, f"CHECK FAILED: {bad}")
+    else:
+        check = "ok"
+    try:
+        calls = [impl.bind(s) for s in sets]
+        ms, why = ctx.time(calls)
+        del calls
+    except Exception as e:  # noqa: BLE001
+        return _row(ctx, family, op, shape, impl.name, None, nbytes,
+                    "; ".join([f"failed: {_error(e)}", *notes]), check=check)
+    if why is not None:
+        notes.append(f"(no graph: {why})" if why != "graphs off" else "(no graph)")
+    return _row(ctx, family, op, shape, impl.name, ms, nbytes, "; ".join(n for n in notes if n),
+                check=check, calls=len(sets), first_call_s=round(first_s, 3))
+
+
+def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], None]) -> None:
+    import torch
+
+    attrs = ATTRS.get(op, {})
+    impls = impls_for(op, attrs, shape, ctx)
+    if not impls:
+        return
+    spec = OPS[op]
+    nbytes = bytes_moved(op, shape, ctx.elem)
+    columns = {x.name: torch.randn(shape[-1], dtype=ctx.torch_dtype, device=ctx.dev)
+               for x in spec.inputs if x.role == "column"}
+    count = n_sets(nbytes, ctx.l2_bytes) if ctx.gpu else 1
+    sets = [_make_set(op, shape, ctx, columns) for _ in range(count)]
+    # the first set's inputs before any impl mutates them in place (for every check)
+    pristine = {k: (v.clone() if k not in columns and k != "out" else v)
+                for k, v in sets[0].items()}
+    idx = check_index(shape[0], CHECK_ROWS if len(shape) > 1 else CHECK_ELEMS)
+    ref = _reference(op, attrs, pristine, idx, ctx.torch_dtype)
+    for impl in impls:
+        row = run_impl(impl, op, attrs, shape, sets, pristine, ref, idx, ctx, family, nbytes)
+        if impl_group(row["impl"]) == "xkernels" and (row["ms"] is None or row.get("check") != "ok"):
+            ctx.xkernels_failed.append(f"{op} {fmt_shape(shape)}: {row['note']}")
+        emit(row)
+        if ctx.gpu:
+            with contextlib.suppress(Exception):  # a sticky CUDA error shows in the next rows
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+    del sets, pristine
+    if ctx.gpu:
+        torch.cuda.empty_cache()
+
+
+def measure_copy(ctx: Context) -> dict:
+    """The card's copy bandwidth: a 1 GiB device-to-device copy timed as the ops (host path:
+    64 MiB, 16 with --quick), read + write bytes."""
+    import torch
+
+    nbytes = (1 << 30) if ctx.gpu else (16 << 20 if ctx.quick else 64 << 20)
+    n = nbytes // ctx.elem
+    src = torch.randn(n, dtype=ctx.torch_dtype, device=ctx.dev)
+    dst = torch.empty_like(src)
+    try:
+        ms, why = ctx.time([lambda: dst.copy_(src)])
+    except Exception as e:  # noqa: BLE001
+        return _row(ctx, "copy", "copy", (n,), "torch copy_", None, None, f"failed: {_error(e)}")
+    ctx.copy_gbps = gbps(2 * nbytes, ms)
+    note = f"{nbytes >> 20} MiB, read + write" + (f"; (no graph: {why})" if why else "")
+    return _row(ctx, "copy", "copy", (n,), "torch copy_", ms, 2 * nbytes, note)
+
+
+def run_overhead(ctx: Context, emit: Callable[[dict], None]) -> None:
+    """Per-call wall time of 1x4096 rmsnorm from PyTorch: a host loop synchronized at the end."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(OVERHEAD_SHAPE, dtype=ctx.torch_dtype, device=ctx.dev)
+    w = torch.randn(OVERHEAD_SHAPE[-1], dtype=ctx.torch_dtype, device=ctx.dev)
+    out = torch.empty_like(x)
+    eps = 1e-6
+    calls = 1000 if ctx.quick else 5000
+    sync = torch.cuda.synchronize if ctx.gpu else (lambda: None)
+    fns: list[tuple[str, Callable[[], Any], str]] = []
+    if "xkernels" in ctx.groups:
+        import xkernels.torch as xt
+
+        fns.append(("xkernels", lambda: xt.rmsnorm(x, w, eps), "xkernels.torch.rmsnorm"))
+        fns.append(("xkernels (dispatcher)", lambda: torch.ops.xkernels.rmsnorm(out, x, w, eps),
+                    "torch.ops.xkernels.rmsnorm, out= preallocated"))
+    if "torch" in ctx.groups:
+        fns.append(("torch", lambda: F.rms_norm(x, (x.shape[-1],), w, eps), "F.rms_norm"))
+    fi = ctx.peers.get("flashinfer")
+    if "flashinfer" in ctx.groups and fi is not None:
+        if isinstance(fi, BaseException):
+            emit(_row(ctx, "overhead", "rmsnorm", OVERHEAD_SHAPE, "flashinfer", None, None,
+                      f"failed: import: {_error(fi)}"))
+        else:
+            fns.append(("flashinfer", lambda: fi.rmsnorm(x, w, eps), "flashinfer.rmsnorm"))
+    for name, fn, what in fns:
+        try:
+            us = host_loop_us(fn, calls, sync)
+            row = _row(ctx, "overhead", "rmsnorm", OVERHEAD_SHAPE, name, us / 1e3, None,
+                       f"{what}; host loop x{calls}, synced at the end", host_us=us)
+        except Exception as e:  # noqa: BLE001
+            row = _row(ctx, "overhead", "rmsnorm", OVERHEAD_SHAPE, name, None, None,
+                       f"failed: {_error(e)}")
+            if name.startswith("xkernels"):
+                ctx.xkernels_failed.append(f"overhead {name}: {row['note']}")
+        row["gbps"] = row["pct_copy"] = None
+        emit(row)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xkernels bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", choices=[*FAMILIES, "all"], default="all")
+    p.add_argument("--quick", action="store_true",
+                   help="each op's two smallest shapes and its largest; shorter timing")
+    p.add_argument("--out", metavar="DIR",
+                   help="write DIR/<family>-<gpu>.jsonl (truncated at the start of the run)")
+    p.add_argument("--impls", default=",".join(IMPL_GROUPS),
+                   help=f"comma-separated subset of {','.join(IMPL_GROUPS)} (default: all; "
+                        "host path: xkernels,torch unless torch.compile is named)")
+    p.add_argument("--framework", choices=["torch"], default="torch",
+                   help="the framework the ops are called from (only torch for now)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    return p
+
+
+def _record(row: dict) -> dict:
+    """The JSONL object of a row: None-valued optional keys left out (ms and gbps kept)."""
+    return {k: v for k, v in row.items() if v is not None or k in ("ms", "gbps")}
+
+
+def _progress(row: dict) -> None:
+    ms = "-" if row["ms"] is None else f"{row['ms']:.4f} ms"
+    g = "" if row.get("gbps") is None else f" {row['gbps']:.1f} GB/s"
+    note = f"  {row['note']}" if row.get("note") else ""
+    if (row.get("first_call_s") or 0) > 2:
+        note += f"  (first call {row['first_call_s']:.1f} s)"
+    print(f"  {row['op']} {fmt_shape(row['shape'])} {row['impl']}: {ms}{g}{note}",
+          file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    groups = [g.strip() for g in args.impls.split(",") if g.strip()]
+    unknown = [g for g in groups if g not in IMPL_GROUPS]
+    if unknown or not groups:
+        print(f"xkernels bench: unknown --impls {unknown or args.impls!r}; choose from "
+              f"{','.join(IMPL_GROUPS)}", file=sys.stderr)
+        return 2
+    try:
+        import torch
+    except ImportError:
+        print("xkernels bench: --framework torch needs PyTorch (pip install torch)",
+              file=sys.stderr)
+        return 2
+
+    gpu = torch.cuda.is_available()
+    families = list(FAMILIES) if args.family == "all" else [args.family]
+    explicit = args.impls != ",".join(IMPL_GROUPS)
+    ctx = Context(gpu=gpu, dtype_name=args.dtype, quick=args.quick, groups=set(groups),
+                  versions=versions(), date=datetime.date.today().isoformat())
+    if gpu:
+        props = torch.cuda.get_device_properties(0)
+        ctx.device = torch.cuda.get_device_name(0)
+        ctx.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20) or (50 << 20))
+        short = gpu_short_name(ctx.device)
+        print(f"xkernels bench: {ctx.device} (sm_{props.major}{props.minor}, "
+              f"{props.multi_processor_count} SMs, L2 {ctx.l2_bytes / 2**20:.0f} MiB), "
+              f"torch {torch.__version__}, {args.dtype}{', quick' if args.quick else ''}",
+              flush=True)
+    else:
+        ctx.device, short = "cpu", "cpu"
+        if not explicit:
+            ctx.groups = {"xkernels", "torch"}
+        dropped = sorted(ctx.groups & {"flashinfer", "liger"})
+        ctx.groups -= {"flashinfer", "liger"}
+        print("xkernels bench: no GPU (torch.cuda.is_available() is False): running the HOST path "
+              "on CPU tensors at small shapes, timed with time.perf_counter medians; "
+              "these are not GPU numbers"
+              + (f" (skipped, CUDA only: {', '.join(dropped)})" if dropped else ""), flush=True)
+
+    torch.manual_seed(0)
+    if gpu:
+        for name in ("flashinfer", "liger"):
+            if name in ctx.groups:
+                ctx.peers[name] = load_peer(name)
+    if "torch.compile" in ctx.groups:
+        _setup_dynamo()
+    peer_text = []
+    for name in ("flashinfer", "liger"):
+        if name not in ctx.groups:
+            continue
+        p = ctx.peers.get(name)
+        peer_text.append(f"{name} " + ("not installed" if p is None else
+                                       f"IMPORT FAILED ({_error(p)})" if isinstance(p, BaseException)
+                                       else ctx.versions.get(name, "?")))
+    vers = ", ".join(f"{k} {v}" for k, v in ctx.versions.items())
+    print(f"versions: {vers}" + (f"; peers: {', '.join(peer_text)}" if peer_text else ""),
+          flush=True)
+
+    out_dir = Path(args.out) if args.out else None
+    paths = {}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for fam in families:
+            paths[fam] = out_dir / f"{fam}-{short}.jsonl"
+            paths[fam].write_text("")
+
+    rows: list[dict] = []
+
+    def emit_to(fam):
+        def emit(row):
+            rows.append(row)
+            _progress(row)
+            if fam in paths:
+                with paths[fam].open("a") as f:
+                    f.write(json.dumps(_record(row)) + "\n")
+                    f.flush()
+        return emit
+
+    # Build (or load) the modules first: the JIT runs here, outside every measurement.
+    if "xkernels" in ctx.groups:
+        from . import jit
+
+        needed = sorted({OPS[op].module for fam in families if fam in CASES
+                         for op, _ in CASES[fam]} | ({"norm"} if "overhead" in families else set()))
+        t0 = time.perf_counter()
+        print(f"building/loading xkernels modules {', '.join(needed)} ...", file=sys.stderr,
+              flush=True)
+        for m in needed:
+            try:
+                jit.load(m)
+            except Exception as e:  # noqa: BLE001 (its rows will fail and the run exits 1)
+                print(f"xkernels module {m}: {_error(e)}", file=sys.stderr, flush=True)
+        print(f"  ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+    # SIGTERM (`timeout`) stops the run as Ctrl-C does: the table of what was measured is printed
+    interrupted = None
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with torch.no_grad():
+            _run(ctx, families, args.quick, emit_to, paths, rows)
+    except KeyboardInterrupt:
+        interrupted = "interrupted: the table holds the rows measured so far"
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+    if interrupted:
+        print(f"\n{interrupted}", flush=True)
+    if ctx.xkernels_failed:
+        print(f"\nxkernels FAILED {len(ctx.xkernels_failed)} case(s):", flush=True)
+        for f in ctx.xkernels_failed:
+            print(f"  {f}", flush=True)
+    print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n")
+          + format_table(rows, ctx.copy_gbps), flush=True)
+    return 130 if interrupted else 1 if ctx.xkernels_failed else 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
+         rows: list[dict]) -> None:
+    if any(f != "overhead" for f in families):
+        try:
+            copy_row = measure_copy(ctx)
+        except Exception as e:  # noqa: BLE001 (no ceiling: %copy stays empty)
+            copy_row = _row(ctx, "copy", "copy", (0,), "torch copy_", None, None,
+                            f"failed: {_error(e)}")
+        rows.append(copy_row)
+        _progress(copy_row)
+        for fam in families:
+            if fam in paths and fam != "overhead":
+                with paths[fam].open("a") as f:
+                    f.write(json.dumps(_record(dict(copy_row, family=fam))) + "\n")
+    host_cap = None if ctx.gpu else (HOST_CAP_QUICK if quick else HOST_CAP)
+    for fam in families:
+        emit = emit_to(fam)
+        print(f"[{fam}]", file=sys.stderr, flush=True)
+        if fam == "overhead":
+            run_overhead(ctx, emit)
+            continue
+        for op, shape in select_cases(fam, quick, host_cap):
+            try:
+                run_case(op, shape, ctx, fam, emit)
+            except Exception as e:  # noqa: BLE001 (inputs or reference: report, go on)
+                emit(_row(ctx, fam, op, shape, "xkernels", None, None,
+                          f"failed: case setup: {_error(e)}"))
+                ctx.xkernels_failed.append(f"{op} {fmt_shape(shape)}: {_error(e)}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
