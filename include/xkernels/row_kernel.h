@@ -97,30 +97,66 @@ XK_DEVICE typename Op::Stats row_stats(const Vec<T, V> (&x)[VPT], const bool (&o
       [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok, reduce, attr);
 }
 
+// Weights and biases of this thread's vectors. Loaded before the reduction where registers allow,
+// so that their latency overlaps it: on one row of 4096 the reduction is the whole kernel.
+template <class Op, typename T, typename W, int V, int VPT>
+struct Columns {
+  static constexpr int kBytes = VPT * V * static_cast<int>(sizeof(W)) * (Op::kWeight + Op::kBias);
+  static constexpr bool kAhead = kBytes > 0 && kBytes <= (Op::kFusedAdd ? 64 : 128);
+  Vec<W, V> w[kAhead && Op::kWeight ? VPT : 1], b[kAhead && Op::kBias ? VPT : 1];
+
+  XK_DEVICE void load(const RowArgs<T, W>& a, int64_t first, int stride, const bool (&ok)[VPT]) {
+    if constexpr (kAhead) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        if (!ok[j]) continue;
+        const int64_t i = first + static_cast<int64_t>(j) * stride;
+        if constexpr (Op::kWeight) w[j].load(a.weight + i * V);
+        if constexpr (Op::kBias) b[j].load(a.bias + i * V);
+      }
+    }
+  }
+  // Vector j (index i) as floats, from registers or from memory.
+  XK_DEVICE void get(const RowArgs<T, W>& a, int j, int64_t i, float (&fw)[V], float (&fb)[V]) const {
+#pragma unroll
+    for (int k = 0; k < V; ++k) fw[k] = 1.f, fb[k] = 0.f;
+    if constexpr (kAhead) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        if constexpr (Op::kWeight) fw[k] = to_float(w[j][k]);
+        if constexpr (Op::kBias) fb[k] = to_float(b[j][k]);
+      }
+    } else {
+      if constexpr (Op::kWeight) Vec<W, V>::cast_load(fw, a.weight + i * V);
+      if constexpr (Op::kBias) Vec<W, V>::cast_load(fb, a.bias + i * V);
+    }
+  }
+};
+
 // Write this thread's VPT vectors of one row through Op::apply.
 template <class Op, typename T, typename W, int V, int VPT>
 XK_DEVICE void store_row(const RowArgs<T, W>& a, int64_t row, int64_t first, int stride,
                          const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
-                         const typename Op::Param& p, const typename Op::Attr& attr) {
+                         const Columns<Op, T, W, V, VPT>& cols, const typename Op::Param& p,
+                         const typename Op::Attr& attr) {
   T* po = a.out + a.out_rs.offset(row);
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     if (!ok[j]) continue;
     const int64_t i = first + static_cast<int64_t>(j) * stride;
     float w[V], b[V], y[V];
-    if constexpr (Op::kWeight) Vec<W, V>::cast_load(w, a.weight + i * V);
-    if constexpr (Op::kBias) Vec<W, V>::cast_load(b, a.bias + i * V);
+    cols.get(a, j, i, w, b);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float v = Op::prep(to_float(x[j][k]), attr);
-      y[k] = Op::apply(v, Op::kWeight ? w[k] : 1.f, Op::kBias ? b[k] : 0.f, p, attr);
+      y[k] = Op::apply(v, w[k], b[k], p, attr);
     }
     Vec<T, V>::cast_store(po + i * V, y);
   }
 }
 
-// At most 4 vectors per thread (the compiler keeps them as floats: 32 registers for 16-bit types)
-// and 512 threads per block, so every kernel fits in 128 registers without spilling.
+// At most 4 vectors per thread and 512 threads per block: every kernel fits in 128 registers
+// without spilling.
 constexpr int kMaxThreads = 512;
 
 template <class Op, typename T, typename W, int V, int VPT, Scope S>
@@ -163,6 +199,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     Vec<T, V> x[VPT];
     bool ok[VPT];
     load_row<Op, T, W, V, VPT>(a, row, row_ok, first, stride, n, x, ok);
+    Columns<Op, T, W, V, VPT> cols;
+    cols.load(a, first, stride, ok);
     Stats s;
     if constexpr (S == Scope::kGroup) {
       s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr);
@@ -174,7 +212,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
     if (!row_ok) continue;
     const typename Op::Param p = Op::finalize(s, a.cols, attr);
-    store_row<Op, T, W, V, VPT>(a, row, first, stride, x, ok, p, attr);
+    store_row<Op, T, W, V, VPT>(a, row, first, stride, x, ok, cols, p, attr);
   }
 }
 
@@ -212,7 +250,9 @@ __global__ void __launch_bounds__(kMaxThreads)
       } else {
         load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, ok);
       }
-      store_row<Op, T, W, V, VPT>(a, row, c + threadIdx.x, blockDim.x, x, ok, p, attr);
+      Columns<Op, T, W, V, VPT> cols;
+      cols.load(a, c + threadIdx.x, blockDim.x, ok);
+      store_row<Op, T, W, V, VPT>(a, row, c + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
     }
   }
 }
