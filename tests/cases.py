@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 import xkernels.torch as xt
 from xkernels.ops import OPS, Op
 

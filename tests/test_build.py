@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from xkernels import jit
 from xkernels.modules import MODULES
 
@@ -36,7 +35,8 @@ def test_host_only_variant_builds_and_runs(tmp_path):
         " atol=1e-5)\n"
         "print(sorted(jit.build()))\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=False)
     assert res.returncode == 0, res.stderr
     assert "'activation', 'norm', 'softmax'" in res.stdout
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 import xkernels.torch as xt
 from cases import DTYPES, check
 from conftest import gpu
@@ -125,7 +124,7 @@ def test_torch_compile_fullgraph_inductor():
         h = xt.add_bias_gelu(h, b, approximate="tanh")
         return xt.softmax(xt.rmsnorm(h, w), scale=0.5) + 1, r
 
-    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16)
     args = [mk(16, 256), mk(16, 256), mk(256), mk(256)]
     eager = layer(*[a.clone() for a in args])
     compiled = torch.compile(layer, fullgraph=True)(*[a.clone() for a in args])
@@ -164,6 +163,6 @@ def test_cpp_example(tmp_path):
     exe = tmp_path / "rmsnorm_example"
     cmd = (ROOT / "examples/cpp/BUILD").read_text().split("\n")[0].replace("$OUT", str(exe))
     subprocess.run(cmd, shell=True, check=True, cwd=ROOT)
-    res = subprocess.run([str(exe)], capture_output=True, text=True, env=os.environ)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, env=os.environ, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "PASS" in res.stdout, res.stdout

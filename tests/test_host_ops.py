@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from cases import DTYPES, check
 from xkernels.ops import OPS
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 import xkernels.torch as xt
 from cases import make_inputs
 from xkernels.ops import OPS

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 import xkernels.torch as xt
 from xkernels import jit
 from xkernels.ops import OPS

@@ -17,7 +17,7 @@ import torch
 from .. import jit
 from ..ops import OPS, Op
 
-__all__ = sorted(OPS)
+__all__ = sorted(OPS)  # noqa: PLE0605 (generated from the op table)
 
 _lib = torch.library.Library("xkernels", "DEF")  # noqa: TOR901 (low-overhead registration)
 

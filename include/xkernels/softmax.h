@@ -24,16 +24,13 @@ struct SoftmaxOp {
   };
   using Unfused = SoftmaxOp;
   static constexpr bool kWeight = false, kBias = false, kFusedAdd = false;
-  // One ex2 per merge: the pair with the larger max keeps its sum as is. Symmetric in (a, b),
-  // so butterfly partners agree to the bit. Softmax is bound by the special-function unit once
-  // rows are in registers (elements and merges all need ex2), so this is worth its branch.
+  // Two ex2 per merge, branch-free. Measured on the H100 against a one-ex2 merge that picks the
+  // larger max with selects: 32768x8192 bf16 2759 vs 2588 GB/s (4096x131072: 1682 vs 1729).
   struct Merge {
     XK_DEVICE MaxSum operator()(const MaxSum& a, const MaxSum& b) const {
-      const bool a_hi = a.m >= b.m;
-      const float hi_m = a_hi ? a.m : b.m, hi_s = a_hi ? a.s : b.s;
-      const float lo_m = a_hi ? b.m : a.m, lo_s = a_hi ? b.s : a.s;
-      if (hi_m == -math::kInf) return {hi_m, 0.f};
-      return {hi_m, hi_s + lo_s * math::ex2_approx(lo_m - hi_m)};
+      const float m = fmaxf(a.m, b.m);
+      if (m == -math::kInf) return {m, 0.f};
+      return {m, a.s * math::ex2_approx(a.m - m) + b.s * math::ex2_approx(b.m - m)};
     }
   };
   static XK_DEVICE float prep(float x, const Attr& attr) { return x * attr.scale_log2; }

@@ -5,4 +5,4 @@
 
 __version__ = "0.1.0"
 
-from .ops import OPS, Op  # noqa: E402,F401
+from .ops import OPS, Op  # noqa: F401

@@ -900,7 +900,7 @@ def measure_copy(ctx: Context) -> dict:
     try:
         # Plain launches: captured in a graph, a copy becomes a memcpy node that the copy engines
         # run (2430 GB/s on the H100, against 3003 for the copy kernel of an eager copy_).
-        ms, why = ctx.time([lambda: dst.copy_(src)], graph=False)
+        ms, _ = ctx.time([lambda: dst.copy_(src)], graph=False)
     except Exception as e:  # noqa: BLE001
         return _row(ctx, "copy", "copy", (n,), "torch copy_", None, None, f"failed: {_error(e)}")
     ctx.copy_gbps = gbps(2 * nbytes, ms)

@@ -9,8 +9,9 @@ entry here and a reference in ``reference.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 Shape = tuple[int, ...]
 
