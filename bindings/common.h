@@ -201,6 +201,19 @@ inline void CheckDeviceType(const char* op, const char* arg, const TensorView& t
   }
 }
 
+// A row op's out and input: one device, one float dtype, at least 1-D, the same shape, columns
+// below 2^31. Returns input's dtype.
+inline host::DType CheckRowOp(const char* op, const TensorView& out, const TensorView& input) {
+  CheckDeviceType(op, "input", input);
+  CheckDevice(op, "out", out, "input", input);
+  const host::DType dt = FloatType(op, "input", input);
+  CheckSameDType(op, "out", out, "input", input);
+  CheckMinDim(op, "input", input, 1);
+  CheckShape(op, "out", out, ShapeOf(input), "(input's shape)");
+  Cols(op, "input", input);
+  return dt;
+}
+
 #ifndef XKERNELS_HOST_ONLY
 template <host::DType D>
 struct CudaType;

@@ -13,18 +13,6 @@ void CheckEps(const char* op, double eps) {
   if (!(eps >= 0.0)) TVM_FFI_THROW(ValueError) << op << ": eps must be >= 0, got " << eps;
 }
 
-// input [..., cols]; out like input; returns input's dtype.
-host::DType CheckRowOp(const char* op, const TensorView& out, const TensorView& input) {
-  CheckDeviceType(op, "input", input);
-  CheckDevice(op, "out", out, "input", input);
-  const host::DType dt = FloatType(op, "input", input);
-  CheckSameDType(op, "out", out, "input", input);
-  CheckMinDim(op, "input", input, 1);
-  CheckShape(op, "out", out, ShapeOf(input), "(input's shape)");
-  Cols(op, "input", input);
-  return dt;
-}
-
 void RMSNormImpl(const char* op, TensorView out, TensorView input, TensorView weight, double eps,
                  float offset) {
   const host::DType dt = CheckRowOp(op, out, input);

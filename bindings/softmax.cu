@@ -11,14 +11,9 @@ namespace {
 
 void SoftmaxOp(TensorView out, TensorView input, double scale) {
   constexpr const char* op = "softmax";
-  CheckDeviceType(op, "input", input);
-  CheckDevice(op, "out", out, "input", input);
-  const host::DType dt = FloatType(op, "input", input);
-  CheckSameDType(op, "out", out, "input", input);
-  CheckMinDim(op, "input", input, 1);
-  CheckShape(op, "out", out, ShapeOf(input), "(input's shape)");
+  const host::DType dt = CheckRowOp(op, out, input);
   if (!std::isfinite(scale)) TVM_FFI_THROW(ValueError) << op << ": scale must be finite, got " << scale;
-  const int64_t rows = Rows(input), cols = Cols(op, "input", input);
+  const int64_t rows = Rows(input), cols = input.size(-1);
   const RowStride out_rs = RowsOf(op, "out", out), in_rs = RowsOf(op, "input", input);
   if (rows * cols == 0) return;
   XK_ON_DEVICE(op, input,
