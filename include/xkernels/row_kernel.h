@@ -14,8 +14,10 @@
 //   Stats, Attr (scalars), Param (per-row result of the reduction)
 //   kWeight, kBias, kFusedAdd
 //   prep(x, attr) -> the value reduced and applied    (softmax scales; norms keep x)
-//   stats<VPT, V>(get, ok, reduce, attr) -> Stats of the values get(j, k) (vectors j with ok[j])
-//       held by all the threads that share `reduce`, an all-reducer: reduce(v, merge)
+//   stats<VPT, V>(get, ok, reduce, attr, shift) -> Stats of the values get(j, k) (vectors j
+//       with ok[j]) held by all the threads that share `reduce`, an all-reducer: reduce(v, merge)
+//   kShift: stats gets `shift`, the row's first kept value (else 0), a common reference point
+//       that every thread of the row can read without communicating
 //   identity() -> Stats;  Merge{}(a, b) -> Stats     (combines the Stats of disjoint parts of a
 //       row: across the blocks of a cluster, the chunks of a long row; commutative)
 //   finalize(stats, cols, attr) -> Param
@@ -92,9 +94,21 @@ XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_
 // hold zeros and are skipped).
 template <class Op, typename T, int V, int VPT, class Reducer>
 XK_DEVICE typename Op::Stats row_stats(const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
-                                       const Reducer& reduce, const typename Op::Attr& attr) {
+                                       const Reducer& reduce, const typename Op::Attr& attr,
+                                       float shift) {
   return Op::template stats<VPT, V>(
-      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok, reduce, attr);
+      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok, reduce, attr, shift);
+}
+
+// The row's first value, for ops with kShift (not fused-add ops: their kept value is computed).
+template <class Op, typename T, typename W>
+XK_DEVICE float row_shift(const RowArgs<T, W>& a, int64_t row, bool row_ok) {
+  if constexpr (Op::kShift) {
+    static_assert(!Op::kFusedAdd, "shifted statistics read the input row");
+    return row_ok ? to_float(a.in[a.in_rs.offset(row)]) : 0.f;
+  } else {
+    return 0.f;
+  }
 }
 
 // Weights and biases of this thread's vectors. With kEarly (grids of about one wave, where each
@@ -162,8 +176,23 @@ XK_DEVICE void store_row(const RowArgs<T, W>& a, int64_t row, int64_t first, int
 // without spilling.
 constexpr int kMaxThreads = 512;
 
+// Occupancy floors, where the kernel fits them without spilling (early columns and the fused add
+// need more registers):
+//  - one block per row, 16-bit, 2 vectors per thread: a full SM of 4 blocks of 512 threads (at
+//    most 32 registers; 3 blocks and 40 with float weights, which spill at 32). Measured on the
+//    H100: layernorm 32768x8192 bf16 at 44 registers (2 blocks) 2390 GB/s, at 32: 2778.
+//  - clusters: 2 blocks of 512 threads per SM (at most 64 registers; softmax bf16 took 86,
+//    so one block per SM).
+template <class Op, typename T, typename W, int VPT, Scope S, bool kEarly>
+constexpr int min_blocks() {
+  if (kEarly || Op::kFusedAdd) return 1;
+  if (S == Scope::kCluster) return 2;
+  if (S != Scope::kBlock || sizeof(T) != 2 || VPT > 2) return 1;
+  return sizeof(W) == 2 || !(Op::kWeight || Op::kBias) ? 4 : 3;
+}
+
 template <class Op, typename T, typename W, int V, int VPT, Scope S, bool kEarly>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEarly>())
     RowKernel(const RowArgs<T, W> a, const typename Op::Attr attr) {
   using Stats = typename Op::Stats;
   __shared__ uint4 smem[32];
@@ -196,9 +225,11 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   // `base` is uniform over the block (over the cluster), so every thread runs the same number
   // of iterations and reaches every shuffle and barrier.
+  bool cluster_pending = false;  // arrived at the cluster's "done reading" barrier, not waited
   for (; base < a.rows; base += step) {
     const int64_t row = S == Scope::kGroup ? base + threadIdx.x / a.group : base;
     const bool row_ok = row < a.rows;
+    const float shift = row_shift<Op>(a, row, row_ok);
     Vec<T, V> x[VPT];
     bool ok[VPT];
     load_row<Op, T, W, V, VPT>(a, row, row_ok, first, stride, n, x, ok);
@@ -206,17 +237,20 @@ __global__ void __launch_bounds__(kMaxThreads)
     cols.load(a, first, stride, ok);
     Stats s;
     if constexpr (S == Scope::kGroup) {
-      s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr, shift);
     } else {
-      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer{smem}, attr);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer{smem}, attr, shift);
       if constexpr (S == Scope::kCluster) {
-        s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &slot);
+        if (cluster_pending) reduce::cluster_wait();  // partners are done with our slot
+        s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &slot, Op::identity());
+        cluster_pending = true;
       }
     }
     if (!row_ok) continue;
     const typename Op::Param p = Op::finalize(s, a.cols, attr);
     store_row(a, row, first, stride, x, ok, cols, p, attr);
   }
+  if (cluster_pending) reduce::cluster_wait();  // keep our slot alive until partners have read it
 }
 
 // Rows too long for registers: pass 1 reduces chunk by chunk, merging the chunks' statistics (and,
@@ -233,11 +267,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   const reduce::BlockReducer block{smem};
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     Stats acc = Op::identity();
+    const float shift = row_shift<Op>(a, row, true);
     for (int64_t c = 0; c < n; c += chunk) {
       Vec<T, V> x[VPT];
       bool ok[VPT];
       load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, ok);
-      acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr));  // uniform over the block
+      acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr, shift));  // uniform over the block
     }
     const typename Op::Param p = Op::finalize(acc, a.cols, attr);
     for (int64_t c = 0; c < n; c += chunk) {

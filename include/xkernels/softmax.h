@@ -23,14 +23,24 @@ struct SoftmaxOp {
     float m, inv_sum;
   };
   using Unfused = SoftmaxOp;
-  static constexpr bool kWeight = false, kBias = false, kFusedAdd = false;
-  // Two ex2 per merge, branch-free. Measured on the H100 against a one-ex2 merge that picks the
-  // larger max with selects: 32768x8192 bf16 2759 vs 2588 GB/s (4096x131072: 1682 vs 1729).
+  static constexpr bool kWeight = false, kBias = false, kFusedAdd = false, kShift = false;
+  // Pairwise: two ex2 per merge, branch-free (measured on the H100 against a one-ex2 merge that
+  // picks the larger max with selects: 32768x8192 bf16 2759 vs 2588 GB/s). Across lanes
+  // (`lanes`, which the reducers prefer): a max butterfly, one rescale of each lane's sum to
+  // the common max, a sum butterfly: one ex2 per lane instead of two per merge step.
   struct Merge {
     XK_DEVICE MaxSum operator()(const MaxSum& a, const MaxSum& b) const {
       const float m = fmaxf(a.m, b.m);
       if (m == -math::kInf) return {m, 0.f};
       return {m, a.s * math::ex2_approx(a.m - m) + b.s * math::ex2_approx(b.m - m)};
+    }
+    static XK_DEVICE MaxSum identity() { return {-math::kInf, 0.f}; }
+    static XK_DEVICE MaxSum lanes(MaxSum v, int width) {
+      float m = v.m;
+      for (int o = width >> 1; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      float s = m == -math::kInf ? 0.f : v.s * math::ex2_approx(v.m - m);  // 2^-inf = 0
+      for (int o = width >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      return {m, s};
     }
   };
   static XK_DEVICE float prep(float x, const Attr& attr) { return x * attr.scale_log2; }
@@ -38,7 +48,8 @@ struct SoftmaxOp {
   // Each thread's (max, sum of 2^(v - max)), then one reduction of those pairs: measured faster
   // than a max reduction followed by a sum reduction (32768x8192 bf16: 2751 vs 2364 GB/s).
   template <int VPT, int V, class Get, class Reduce>
-  static XK_DEVICE MaxSum stats(Get v, const bool (&ok)[VPT], const Reduce& reduce, const Attr&) {
+  static XK_DEVICE MaxSum stats(Get v, const bool (&ok)[VPT], const Reduce& reduce, const Attr&,
+                                float) {
     float m = -math::kInf;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
