@@ -364,8 +364,9 @@ def test_cli_xkernels_wrong_is_an_error(monkeypatch, capsys):
 def test_cli_bad_arguments(capsys):
     assert bench.main(["--impls", "xkernels,cupy"]) == 2
     with pytest.raises(SystemExit) as e:
-        bench.main(["--framework", "jax"])
+        bench.main(["--framework", "tensorflow"])
     assert e.value.code == 2
+    assert bench.main(["--family", "norm", "--framework", "jax"]) == 2
     with pytest.raises(SystemExit):
         bench.main(["--family", "gemm"])
     capsys.readouterr()
@@ -402,3 +403,50 @@ def test_interrupt_prints_what_was_measured(monkeypatch, capsys):
     assert bench.main(["--quick", "--family", "norm"]) == 130
     out = capsys.readouterr().out
     assert "interrupted" in out and out.rstrip().splitlines()[-1].startswith("rmsnorm")
+
+
+# ------------------------------------------------------------------------------ --family adapters
+
+ADAPTER_KEYS = {"op", "shape", "dtype", "impl", "framework", "ms", "host_us", "device", "date",
+                "versions"}
+
+
+@host_only
+def test_cli_adapters_host(tmp_path, capsys):
+    from xkernels import bench_adapters
+
+    assert bench.main(["--family", "adapters", "--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("xkernels bench --family adapters: no GPU") and "HOST path" in out
+    for fw in ("torch", "jax", "numpy"):
+        assert f"  {fw} " in out.split("skipped")[0]  # its path is shown
+    assert "skipped: cupy" in out
+    recs = [json.loads(line) for line in (tmp_path / "adapters-cpu.jsonl").read_text().splitlines()]
+    for r in recs:
+        assert ADAPTER_KEYS <= r.keys(), r.keys()
+        assert r["ms"] > 0 and r["device"] == "cpu" and r["versions"]["xkernels"]
+    kernel = {(r["op"], r["framework"]) for r in recs if r["host_us"] is None}
+    assert kernel == {(op, fw) for op, _ in bench_adapters.KERNEL_CASES
+                      for fw in ("torch", "jax", "numpy")}
+    assert all(r["check"] == "ok" for r in recs if r["host_us"] is None)
+    over = {(r["framework"], r["impl"]) for r in recs if r["host_us"] is not None}
+    assert {("torch", "native: F.rms_norm"), ("jax", "native: jax.jit(jnp)"),
+            ("numpy", "native: numpy"), ("jax", "xkernels"), ("numpy", "xkernels")} <= over
+    assert out.rstrip().splitlines()[-1].startswith("rmsnorm")  # the table last
+
+
+@host_only
+def test_cli_adapters_one_framework_and_a_wrong_result(monkeypatch, tmp_path, capsys):
+    import xkernels.numpy as xn
+
+    def wrong(input, weight, eps=1e-6, *, out=None):
+        out = input.copy() if out is None else out
+        out[...] = 0
+        return out
+
+    monkeypatch.setattr(xn, "rmsnorm", wrong)
+    assert bench.main(["--framework", "numpy", "--quick", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "xkernels FAILED" in out and "CHECK FAILED" in out
+    recs = [json.loads(line) for line in (tmp_path / "adapters-cpu.jsonl").read_text().splitlines()]
+    assert {r["framework"] for r in recs} == {"numpy"}

@@ -16,7 +16,7 @@
 //   prep(x, attr) -> the value reduced and applied    (softmax scales; norms keep x)
 //   stats<VPT, V>(get, ok, reduce, attr, shift) -> Stats of the values get(j, k) (vectors j
 //       with ok[j]) held by all the threads that share `reduce`, an all-reducer: reduce(v, merge)
-//   kShift: stats gets `shift`, the row's first kept value (else 0), a common reference point
+//   kShift: stats gets `shift`, the row's first input value (else 0), a common reference point
 //       that every thread of the row can read without communicating
 //   identity() -> Stats;  Merge{}(a, b) -> Stats     (combines the Stats of disjoint parts of a
 //       row: across the blocks of a cluster, the chunks of a long row; commutative)

@@ -965,7 +965,9 @@ def run_overhead(ctx: Context, emit: Callable[[dict], None]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xkernels bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--family", choices=[*FAMILIES, "all"], default="all")
+    p.add_argument("--family", choices=[*FAMILIES, "adapters", "all"], default="all",
+                   help="all: the four torch families; adapters: one kernel through every "
+                        "framework (kernel time and host cost per call)")
     p.add_argument("--quick", action="store_true",
                    help="each op's two smallest shapes and its largest; shorter timing")
     p.add_argument("--out", metavar="DIR",
@@ -973,8 +975,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--impls", default=",".join(IMPL_GROUPS),
                    help=f"comma-separated subset of {','.join(IMPL_GROUPS)} (default: all; "
                         "host path: xkernels,torch unless torch.compile is named)")
-    p.add_argument("--framework", choices=["torch"], default="torch",
-                   help="the framework the ops are called from (only torch for now)")
+    p.add_argument("--framework", choices=["torch", "jax", "cupy", "numpy", "all"],
+                   help="the framework the ops are called from: the peer families run from torch; "
+                        "any other choice (or --family adapters, default all) runs the adapters "
+                        "family for it")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     return p
 
@@ -996,6 +1000,14 @@ def _progress(row: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.family == "adapters" or args.framework not in (None, "torch"):
+        if args.family not in ("adapters", "all"):
+            print(f"xkernels bench: --family {args.family} compares peers from PyTorch; "
+                  f"--framework {args.framework} runs --family adapters", file=sys.stderr)
+            return 2
+        from . import bench_adapters
+
+        return bench_adapters.main(args)
     groups = [g.strip() for g in args.impls.split(",") if g.strip()]
     unknown = [g for g in groups if g not in IMPL_GROUPS]
     if unknown or not groups:

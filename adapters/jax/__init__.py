@@ -1,0 +1,267 @@
+"""xkernels.jax: every op of the table as a function on jax.Array, eagerly and under jax.jit.
+
+The exported TVM-FFI function itself is registered with XLA through jax-tvm-ffi as the FFI target
+``xkernels.<op>`` (no second binding): on first use of an op, once per process, for the "cpu"
+platform (the host implementation) and, when jax has a GPU backend, for "gpu" (the CUDA kernel on
+XLA's stream, marked safe for XLA's command buffers, i.e. CUDA graphs). Arguments cross as
+``(*outputs, *inputs, *attrs)``, outputs allocated by XLA from the op table's shapes and dtypes.
+
+- Ops that work in place in PyTorch return their results here (``fused_add_rmsnorm`` returns
+  ``(out, residual_out)``), aliased to the inputs (``input_output_aliases``): under ``jax.jit``
+  with donated arguments XLA reuses their buffers.
+- Scalar attributes (eps, scale, approximate) are static Python values; a traced one raises
+  TypeError. Arguments are checked when a call is traced (once per shapes and dtypes) by the
+  exported function itself (on empty host arrays of the same shapes behind a leading 0), so
+  mistakes raise its TypeError / ValueError naming the argument, as from every other framework.
+- ``jax.vmap``: batched data arguments with unbatched weights fold the batch into the rows (one
+  call); a batched weight or bias falls back to a sequential ``lax.map``.
+- No backward yet: ``jax.grad`` or ``jax.jvp`` through an op raises NotImplementedError naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+import tvm_ffi
+
+import jax
+from jax.custom_batching import custom_vmap
+
+from .. import _dlpack, jit
+from ..ops import OPS, Op
+
+__all__ = sorted(OPS)  # noqa: PLE0605 (generated from the op table)
+
+_lock = threading.Lock()
+_registered: dict[str, tuple[str, ...]] = {}  # op -> platforms its target is registered for
+
+
+def target(name: str) -> str:
+    """The XLA FFI target name of an op."""
+    return f"xkernels.{name}"
+
+
+def _gpu_backend() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def _register(name: str) -> tuple[str, ...]:
+    """Register the op's exported function as an XLA FFI target, once per process."""
+    if name in _registered:
+        return _registered[name]
+    with _lock:
+        if name not in _registered:
+            import jax_tvm_ffi
+
+            op = OPS[name]
+            fn = jit.load(op.module)[name]
+            spec = ["rets", "args", *(f"attrs.{a.name}" for a in op.attrs)]
+            jax_tvm_ffi.register_ffi_target(target(name), fn, spec, platform="cpu")
+            platforms = ("cpu",)
+            if _gpu_backend():
+                # the kernels do no host sync and no allocation: safe in a CUDA graph
+                jax_tvm_ffi.register_ffi_target(target(name), fn, spec, platform="gpu",
+                                                allow_cuda_graph=True)
+                platforms += ("gpu",)
+            _registered[name] = platforms
+    return _registered[name]
+
+
+def _no_grad(name: str):
+    raise NotImplementedError(
+        f"xkernels.jax.{name} has no backward (JVP/VJP) yet; call it outside jax.grad/jax.jvp, "
+        "or on values that are not differentiated (jax.lax.stop_gradient)")
+
+
+def _ffi_attrs(op: Op, attrs: tuple) -> dict:
+    """Encoded attributes as the exported function takes them: float -> f64, choice -> i64."""
+    return {a.name: np.float64(v) if a.type is float else np.int64(v)
+            for a, v in zip(op.attrs, attrs)}
+
+
+@functools.cache
+def _core(name: str, attrs: tuple):
+    """The jitted op for fixed (encoded) attributes: ffi_call, under custom_vmap and custom_jvp."""
+    op = OPS[name]
+    index = {x.name: i for i, x in enumerate(op.inputs)}
+    outs = {o.name: i for i, o in enumerate(op.outputs)}
+    aliases = {index[i]: outs[o] for o, i in op.aliases.items()} or None
+    kw = _ffi_attrs(op, attrs)
+
+    def call(*args):
+        _register(name)
+        _validate(op, args, attrs)  # at trace time: once per shapes and dtypes
+        shapes = {x.name: a.shape for x, a in zip(op.inputs, args)}
+        types = tuple(jax.ShapeDtypeStruct(op.output_shape(o, shapes), args[index[o.like]].dtype)
+                      for o in op.outputs)
+        res = jax.ffi.ffi_call(target(name), types, input_output_aliases=aliases)(*args, **kw)
+        return tuple(res) if len(types) > 1 else res[0]
+
+    fn = custom_vmap(call)
+    columns = [x.role == "column" for x in op.inputs]
+    all_batched = tuple(True for _ in op.outputs) if len(op.outputs) > 1 else True
+
+    @fn.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        if any(b and c for b, c in zip(in_batched, columns)):
+            # a batched weight or bias: one call per slice
+            def one(sliced):
+                it = iter(sliced)
+                return fn(*[next(it) if b else a for a, b in zip(args, in_batched)])
+
+            return jax.lax.map(one, tuple(a for a, b in zip(args, in_batched) if b)), all_batched
+        # batch dims lead: the op takes any leading dims, so the batch becomes more rows
+        args = [a if b or c else jax.numpy.broadcast_to(a, (axis_size, *a.shape))
+                for a, b, c in zip(args, in_batched, columns)]
+        return fn(*args), all_batched
+
+    fn = jax.custom_jvp(fn)
+    fn.defjvp(lambda primals, tangents: _no_grad(name))
+    return jax.jit(fn)
+
+
+def _static(op: str, name: str, value):
+    if type(value) is float:
+        return value
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"xkernels.jax.{op}: {name} must be a static Python value, got a traced array "
+            f"({value.aval}); pass a Python number, or mark it static in jax.jit "
+            f"(static_argnames=({name!r},))")
+    return value
+
+
+def _array(op: str, name: str, x):
+    if isinstance(x, jax.Array):
+        return x
+    if isinstance(x, np.ndarray):
+        return jax.numpy.asarray(x)
+    raise TypeError(f"xkernels.jax.{op}: {name} must be a jax.Array (or numpy.ndarray), got "
+                    f"{type(x).__module__}.{type(x).__qualname__}")
+
+
+def _same_device(op: Op, args: tuple) -> None:
+    """Concrete arrays of one call on one device (XLA's own error does not name the argument)."""
+    first = None
+    for x, a in zip(op.inputs, args):
+        if isinstance(a, jax.core.Tracer) or not getattr(a, "committed", False):
+            continue
+        devs = a.devices()
+        if first is None:
+            first = (x.name, devs)
+        elif devs != first[1]:
+            raise ValueError(
+                f"xkernels.jax.{op.name}: {x.name} must be on {first[0]}'s device "
+                f"{_devstr(first[1])}, got {_devstr(devs)}; move it with jax.device_put")
+
+
+def _devstr(devs) -> str:
+    return ", ".join(sorted(f"{d.platform}:{d.id}" for d in devs))
+
+
+def _host_array(shape, dtype, column=False, exact=False):
+    """A host array as the exported function takes it (bfloat16: a retagged uint16 view) for the
+    argument checks: the argument's shape behind a leading 0 (no element; a column: its shape),
+    or with `exact` its own shape with zero strides on the leading dims (one row of memory)."""
+    bf16 = dtype == jax.numpy.bfloat16
+    raw = np.dtype(np.uint16) if bf16 else np.dtype(dtype)
+    if column and len(shape) == 1:
+        a = np.zeros(shape, raw)
+    else:  # NumPy gives empty arrays zero strides: set them
+        shape = shape if exact or not shape else (0, *shape)  # a leading 0: no element
+        row = np.zeros(shape[-1] if shape else 1, raw)
+        a = np.lib.stride_tricks.as_strided(
+            row, shape, (0,) * (len(shape) - 1) + (raw.itemsize,) if shape else ())
+    cap = a.__dlpack__(max_version=(1, 0))
+    return _dlpack.bfloat16_tensor(cap) if bf16 else tvm_ffi.from_dlpack(cap)
+
+
+_checked: dict[tuple, None] = {}
+
+
+def _validate(op: Op, args: tuple, attrs: tuple) -> None:
+    """The exported function's own argument checks, on host arrays of the arguments' shapes and
+    dtypes behind a leading 0 (nothing is computed); on a failure, again with the exact shapes
+    so that the message shows them."""
+    key = (op.name, attrs, *((a.shape, a.dtype) for a in args))
+    if key in _checked:
+        return
+    fn = jit.load(op.module)[op.name]
+    shapes = {x.name: a.shape for x, a in zip(op.inputs, args)}
+    outs = [(op.output_shape(o, shapes), args[[x.name for x in op.inputs].index(o.like)].dtype)
+            for o in op.outputs]
+
+    def run(exact):
+        fn(*[_host_array(s, d, exact=exact) for s, d in outs],
+           *[_host_array(a.shape, a.dtype, x.role == "column", exact)
+             for x, a in zip(op.inputs, args)], *attrs)
+
+    try:
+        run(exact=False)
+    except (TypeError, ValueError) as first:
+        try:
+            run(exact=True)
+        except (TypeError, ValueError) as e:
+            raise type(e)(str(e).split("\n")[0]) from None
+        raise type(first)(str(first).split("\n")[0]) from None
+    _checked[key] = None
+
+
+def _source(op: Op) -> str:
+    ins = [x.name for x in op.inputs]
+    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs])
+    lines = [f"def {op.name}({params}):"]
+    for a in op.attrs:
+        enc = f"_ENC_{op.name}_{a.name}" if a.choices else "_float"
+        lines.append(f"    {a.name} = {enc}(_static({op.name!r}, {a.name!r}, {a.name}))")
+    for x in ins:
+        lines.append(f"    if type({x}) is not _ArrayImpl: {x} = _array({op.name!r}, {x!r}, {x})")
+    args = "(" + ", ".join(ins) + ",)"
+    attrs = "(" + "".join(f"{a.name}, " for a in op.attrs) + ")"
+    # Checks that cost nothing per call: the exported function's own argument checks run when
+    # the call is traced (once per shapes and dtypes), the devices are compared only when the
+    # call fails (XLA's message does not name the argument).
+    lines += [
+        "    try:",
+        f"        return _core({op.name!r}, {attrs})({', '.join(ins)})",
+        "    except (ValueError, TypeError, RuntimeError):",
+        f"        _same_device(_OP_{op.name}, {args})",
+        "        raise",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _doc(op: Op) -> str:
+    lines = [op.doc, ""]
+    for a in op.attrs:
+        lines.append(f"{a.name}: {a.doc} (default {a.default!r}; static).")
+    if op.in_place:
+        lines.append("Returns (" + ", ".join(o.name for o in op.outputs) + "), aliased to ("
+                     + ", ".join(op.aliases[o.name] for o in op.outputs) + ").")
+    return "\n".join(lines)
+
+
+def _generate() -> dict:
+    env = {"_static": _static, "_array": _array, "_same_device": _same_device,
+           "_core": _core, "_float": float, "_ArrayImpl": type(jax.numpy.zeros(()))}
+    public = {}
+    for op in OPS.values():
+        env[f"_OP_{op.name}"] = op
+        for a in op.attrs:
+            if a.choices:
+                env[f"_ENC_{op.name}_{a.name}"] = a.encode
+        exec(compile(_source(op), f"<xkernels.jax.{op.name}>", "exec"), env)  # noqa: S102
+        fn = env[op.name]
+        fn.__module__ = __name__
+        fn.__qualname__ = op.name
+        fn.__doc__ = _doc(op)
+        public[op.name] = fn
+    return public
+
+
+globals().update(_generate())

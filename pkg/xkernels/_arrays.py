@@ -1,0 +1,103 @@
+"""The adapters of array libraries whose arrays go to the exported functions as they are, through
+DLPack (NumPy, CuPy): one generator over the op table, given what differs per library (its array
+type, how to allocate an output, how an array crosses, the stream a call runs on).
+
+Functional ops take an optional ``out=`` and return it; in-place ops (``fused_add_rmsnorm``)
+overwrite their inputs and return None, as in ``xkernels.torch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import jit
+from .ops import OPS, Op
+
+
+@dataclass
+class Backend:
+    module: str  # "xkernels.numpy"
+    array: type  # the library's array type
+    array_name: str  # "numpy.ndarray", in errors
+    empty: Callable[[tuple, Any, Any], Any]  # (shape, dtype, like) -> a new array on like's device
+    arg: Callable[[Any], Any]  # array -> what the exported function takes (same memory)
+    stream: Callable[[Any], Any] | None = None  # like -> context manager: the stream of the call
+    read_only: Callable[[Any], bool] | None = None  # array -> True when it must not be written
+
+
+class _Functions(dict):
+    def __missing__(self, name: str):
+        fn = jit.load(OPS[name].module)[name]
+        self[name] = fn
+        return fn
+
+
+def _source(op: Op, b: Backend) -> str:
+    ins = [x.name for x in op.inputs]
+    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs]
+                       + ([] if op.in_place else ["*", "out=None"]))
+    lines = [f"def {op.name}({params}):"]
+    lines += [f"    if type({x}) is not _A: _check({op.name!r}, {x!r}, {x})" for x in ins]
+    written = list(dict.fromkeys(op.aliases.values())) if op.in_place else ["out"]
+    if not op.in_place:
+        (o,) = op.outputs
+        lines += ["    if out is None:",
+                  f"        out = _empty(_OUT_{op.name}({o.like}.shape), {o.like}.dtype, {o.like})",
+                  "    else:",
+                  f"        if type(out) is not _A: _check({op.name!r}, 'out', out)"]
+        if b.read_only:
+            lines.append(f"        if _read_only(out): _refuse({op.name!r}, 'out')")
+    elif b.read_only:
+        lines += [f"    if _read_only({x}): _refuse({op.name!r}, {x!r})" for x in written]
+    outs = [op.aliases.get(o.name, o.name) for o in op.outputs]
+    enc = [f"_ENC_{op.name}_{a.name}({a.name})" if a.choices else a.name for a in op.attrs]
+    call = f"_FN[{op.name!r}]({', '.join([f'_arg({t})' for t in outs + ins] + enc)})"
+    if b.stream:
+        lines += [f"    with _stream({ins[0]}):", f"        {call}"]
+    else:
+        lines.append(f"    {call}")
+    lines.append(f"    return {'None' if op.in_place else 'out'}")
+    return "\n".join(lines) + "\n"
+
+
+def _doc(op: Op, b: Backend) -> str:
+    lines = [op.doc, ""]
+    for a in op.attrs:
+        lines.append(f"{a.name}: {a.doc} (default {a.default!r}).")
+    if op.in_place:
+        lines.append("Overwrites " + ", ".join(f"{v} with {k}" for k, v in op.aliases.items())
+                     + "; returns None.")
+    else:
+        lines.append(f"out: optional destination {b.array_name} (shape and dtype of the result).")
+    return "\n".join(lines)
+
+
+def generate(b: Backend) -> dict[str, Callable]:
+    """The public functions of an adapter, one per op of the table."""
+    def check(op, name, x):
+        if not isinstance(x, b.array):
+            t = type(x)
+            raise TypeError(f"{b.module}.{op}: {name} must be a {b.array_name}, got "
+                            f"{t.__module__}.{t.__qualname__}")
+
+    def refuse(op, name):
+        raise ValueError(f"{b.module}.{op}: {name} is written but is read-only")
+
+    env = {"_A": b.array, "_check": check, "_refuse": refuse, "_empty": b.empty, "_arg": b.arg,
+           "_stream": b.stream, "_read_only": b.read_only, "_FN": _Functions()}
+    public = {}
+    for op in OPS.values():
+        for a in op.attrs:
+            if a.choices:
+                env[f"_ENC_{op.name}_{a.name}"] = a.encode
+        if not op.in_place:
+            env[f"_OUT_{op.name}"] = op.outputs[0].shape
+        exec(compile(_source(op, b), f"<{b.module}.{op.name}>", "exec"), env)  # noqa: S102
+        fn = env[op.name]
+        fn.__module__ = b.module
+        fn.__qualname__ = op.name
+        fn.__doc__ = _doc(op, b)
+        public[op.name] = fn
+    return public
