@@ -1,5 +1,5 @@
-// Host implementations: correct and short, not fast. Values are read and written one element at
-// a time through the dtype; arithmetic is float, as on the GPU.
+// Host implementations: correct and short, not tuned. Rows are read into floats and written back
+// rounded to the dtype (one dtype switch per row); arithmetic is float, as on the GPU.
 #include "host/ops.h"
 
 #include <algorithm>
@@ -57,43 +57,41 @@ char* Addr(const Mat& m, int64_t r, int64_t c) {
   return static_cast<char*>(m.data) + (m.rs.offset(r) + c) * static_cast<int64_t>(Size(m.dtype));
 }
 
-float Get(const Mat& m, int64_t r, int64_t c) {
-  const char* p = Addr(m, r, c);
-  uint16_t h;
-  switch (m.dtype) {
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kBF16:
-      std::memcpy(&h, p, 2);
-      return Bf16ToFloat(h);
-    case DType::kF16:
-      std::memcpy(&h, p, 2);
-      return F16ToFloat(h);
-  }
-  return 0.f;
-}
-
-// Rounds to the storage type and returns the stored value as float.
-float Set(const Mat& m, int64_t r, int64_t c, float v) {
-  char* p = Addr(m, r, c);
+// Row r's `cols` values from column c0, as floats: one dtype switch per row.
+void ReadRow(const Mat& m, int64_t r, int64_t c0, int64_t cols, float* dst) {
+  const char* p = Addr(m, r, c0);
   uint16_t h;
   switch (m.dtype) {
     case DType::kF32:
-      std::memcpy(p, &v, 4);
-      return v;
+      std::memcpy(dst, p, 4 * cols);
+      return;
     case DType::kBF16:
-      h = FloatToBf16(v);
-      std::memcpy(p, &h, 2);
-      return Bf16ToFloat(h);
+      for (int64_t c = 0; c < cols; ++c) std::memcpy(&h, p + 2 * c, 2), dst[c] = Bf16ToFloat(h);
+      return;
     case DType::kF16:
-      h = FloatToF16(v);
-      std::memcpy(p, &h, 2);
-      return F16ToFloat(h);
+      for (int64_t c = 0; c < cols; ++c) std::memcpy(&h, p + 2 * c, 2), dst[c] = F16ToFloat(h);
+      return;
   }
-  return v;
+}
+
+// Rounds v to the storage type of row r and stores it; v is left holding the stored values.
+void WriteRow(const Mat& m, int64_t r, std::vector<float>& v) {
+  char* p = Addr(m, r, 0);
+  const int64_t n = static_cast<int64_t>(v.size());
+  uint16_t h;
+  switch (m.dtype) {
+    case DType::kF32:
+      std::memcpy(p, v.data(), 4 * n);
+      return;
+    case DType::kBF16:
+      for (int64_t c = 0; c < n; ++c)
+        h = FloatToBf16(v[c]), std::memcpy(p + 2 * c, &h, 2), v[c] = Bf16ToFloat(h);
+      return;
+    case DType::kF16:
+      for (int64_t c = 0; c < n; ++c)
+        h = FloatToF16(v[c]), std::memcpy(p + 2 * c, &h, 2), v[c] = F16ToFloat(h);
+      return;
+  }
 }
 
 float Activate(float x, Act act) {
@@ -111,45 +109,58 @@ float Activate(float x, Act act) {
 // Reads a row into floats first, so that outputs may alias inputs.
 std::vector<float> Row(const Mat& m, int64_t r, int64_t cols, int64_t c0 = 0) {
   std::vector<float> v(cols);
-  for (int64_t c = 0; c < cols; ++c) v[c] = Get(m, r, c0 + c);
+  ReadRow(m, r, c0, cols, v.data());
   return v;
 }
 
-void RMSNormRow(const Mat& out, const std::vector<float>& x, const Mat& w, int64_t r, float eps,
-                float offset) {
+// A [cols] weight or bias as floats (`fill` where there is none).
+std::vector<float> Column(const Mat& m, int64_t cols, float fill = 0.f) {
+  return m.data ? Row(m, 0, cols) : std::vector<float>(cols, fill);
+}
+
+void RMSNormRow(const Mat& out, std::vector<float>& x, const std::vector<float>& w, int64_t r,
+                float eps, float offset) {
   float ss = 0.f;
   for (float v : x) ss += v * v;
   const float inv = 1.f / std::sqrt(ss / static_cast<float>(x.size()) + eps);
-  for (size_t c = 0; c < x.size(); ++c) Set(out, r, c, x[c] * inv * (offset + Get(w, 0, c)));
+  for (size_t c = 0; c < x.size(); ++c) x[c] = x[c] * inv * (offset + w[c]);
+  WriteRow(out, r, x);
 }
 
 }  // namespace
 
 void RMSNorm(Mat out, Mat in, Mat weight, int64_t rows, int64_t cols, float eps,
              float weight_offset) {
-  for (int64_t r = 0; r < rows; ++r) RMSNormRow(out, Row(in, r, cols), weight, r, eps, weight_offset);
+  const std::vector<float> w = Column(weight, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> x = Row(in, r, cols);
+    RMSNormRow(out, x, w, r, eps, weight_offset);
+  }
 }
 
 void FusedAddRMSNorm(Mat out, Mat residual_out, Mat in, Mat residual, Mat weight, int64_t rows,
                      int64_t cols, float eps, float weight_offset) {
+  const std::vector<float> w = Column(weight, cols);
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<float> x = Row(in, r, cols);
     const std::vector<float> res = Row(residual, r, cols);
-    for (int64_t c = 0; c < cols; ++c) x[c] = Set(residual_out, r, c, x[c] + res[c]);
-    RMSNormRow(out, x, weight, r, eps, weight_offset);
+    for (int64_t c = 0; c < cols; ++c) x[c] += res[c];
+    WriteRow(residual_out, r, x);  // x now holds the rounded sum
+    RMSNormRow(out, x, w, r, eps, weight_offset);
   }
 }
 
 void LayerNorm(Mat out, Mat in, Mat weight, Mat bias, int64_t rows, int64_t cols, float eps) {
+  const std::vector<float> w = Column(weight, cols), b = Column(bias, cols);
   for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> x = Row(in, r, cols);
+    std::vector<float> x = Row(in, r, cols);
     float mean = 0.f, var = 0.f;
     for (float v : x) mean += v;
     mean /= static_cast<float>(cols);
     for (float v : x) var += (v - mean) * (v - mean);
     const float inv = 1.f / std::sqrt(var / static_cast<float>(cols) + eps);
-    for (int64_t c = 0; c < cols; ++c)
-      Set(out, r, c, (x[c] - mean) * inv * Get(weight, 0, c) + Get(bias, 0, c));
+    for (int64_t c = 0; c < cols; ++c) x[c] = (x[c] - mean) * inv * w[c] + b[c];
+    WriteRow(out, r, x);
   }
 }
 
@@ -160,33 +171,39 @@ void Softmax(Mat out, Mat in, int64_t rows, int64_t cols, float scale) {
     float m = kNegInf, s = 0.f;
     for (float& v : x) m = std::max(m, v *= scale);
     if (m == kNegInf) {  // a row of -inf has no mass: zeros, as on the GPU
-      for (int64_t c = 0; c < cols; ++c) Set(out, r, c, 0.f);
-      continue;
+      std::fill(x.begin(), x.end(), 0.f);
+    } else {
+      for (float& v : x) s += (v = std::exp(v - m));
+      for (float& v : x) v /= s;
     }
-    for (float& v : x) s += (v = std::exp(v - m));
-    for (int64_t c = 0; c < cols; ++c) Set(out, r, c, x[c] / s);
+    WriteRow(out, r, x);
   }
 }
 
 void ActAndMul(Mat out, Mat in, int64_t rows, int64_t d, Act act) {
   for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> x = Row(in, r, d), y = Row(in, r, d, d);
-    for (int64_t c = 0; c < d; ++c) Set(out, r, c, Activate(x[c], act) * y[c]);
+    std::vector<float> x = Row(in, r, d);
+    const std::vector<float> y = Row(in, r, d, d);
+    for (int64_t c = 0; c < d; ++c) x[c] = Activate(x[c], act) * y[c];
+    WriteRow(out, r, x);
   }
 }
 
 void BiasAct(Mat out, Mat in, Mat bias, int64_t rows, int64_t cols, Act act) {
+  const std::vector<float> b = Column(bias, cols);
   for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> x = Row(in, r, cols);
-    for (int64_t c = 0; c < cols; ++c)
-      Set(out, r, c, Activate(x[c] + (bias.data ? Get(bias, 0, c) : 0.f), act));
+    std::vector<float> x = Row(in, r, cols);
+    for (int64_t c = 0; c < cols; ++c) x[c] = Activate(x[c] + b[c], act);
+    WriteRow(out, r, x);
   }
 }
 
 void MulAdd(Mat out, Mat a, Mat b, Mat c, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> va = Row(a, r, cols), vb = Row(b, r, cols), vc = Row(c, r, cols);
-    for (int64_t k = 0; k < cols; ++k) Set(out, r, k, std::fma(va[k], vb[k], vc[k]));
+    std::vector<float> va = Row(a, r, cols);
+    const std::vector<float> vb = Row(b, r, cols), vc = Row(c, r, cols);
+    for (int64_t k = 0; k < cols; ++k) va[k] = std::fma(va[k], vb[k], vc[k]);
+    WriteRow(out, r, va);
   }
 }
 
