@@ -59,7 +59,7 @@ def _register(name: str) -> tuple[str, ...]:
             import jax_tvm_ffi
 
             op = OPS[name]
-            fn = jit.load(op.module)[name]
+            fn = jit.FUNCTIONS[name]
             spec = ["rets", "args", *(f"attrs.{a.name}" for a in op.attrs)]
             jax_tvm_ffi.register_ffi_target(target(name), fn, spec, platform="cpu")
             platforms = ("cpu",)
@@ -191,7 +191,7 @@ def _validate(op: Op, args: tuple, attrs: tuple) -> None:
     key = (op.name, attrs, *((a.shape, a.dtype) for a in args))
     if key in _checked:
         return
-    fn = jit.load(op.module)[op.name]
+    fn = jit.FUNCTIONS[op.name]
     shapes = {x.name: a.shape for x, a in zip(op.inputs, args)}
     outs = [(op.output_shape(o, shapes), args[[x.name for x in op.inputs].index(o.like)].dtype)
             for o in op.outputs]
@@ -237,13 +237,9 @@ def _source(op: Op) -> str:
 
 
 def _doc(op: Op) -> str:
-    lines = [op.doc, ""]
-    for a in op.attrs:
-        lines.append(f"{a.name}: {a.doc} (default {a.default!r}; static).")
-    if op.in_place:
-        lines.append("Returns (" + ", ".join(o.name for o in op.outputs) + "), aliased to ("
-                     + ", ".join(op.aliases[o.name] for o in op.outputs) + ").")
-    return "\n".join(lines)
+    last = ("Returns (" + ", ".join(o.name for o in op.outputs) + "), aliased to ("
+            + ", ".join(op.aliases[o.name] for o in op.outputs) + ")." if op.in_place else "")
+    return op.docstring(last, "; static")
 
 
 def _generate() -> dict:

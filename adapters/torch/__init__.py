@@ -22,16 +22,7 @@ __all__ = sorted(OPS)  # noqa: PLE0605 (generated from the op table)
 _lib = torch.library.Library("xkernels", "DEF")  # noqa: TOR901 (low-overhead registration)
 
 
-class _Functions(dict):
-    """Exported TVM-FFI functions by op name, loaded (and built if needed) on first use."""
-
-    def __missing__(self, name: str):
-        fn = jit.load(OPS[name].module)[name]
-        self[name] = fn
-        return fn
-
-
-_FN = _Functions()
+_FN = jit.FUNCTIONS
 
 
 def _no_grad(name: str):
@@ -126,15 +117,8 @@ def _generate() -> dict:
 
 
 def _doc(op: Op) -> str:
-    lines = [op.doc, ""]
-    for a in op.attrs:
-        lines.append(f"{a.name}: {a.doc} (default {a.default!r}).")
-    if op.in_place:
-        lines.append("Overwrites " + ", ".join(f"{v} with {k}" for k, v in op.aliases.items())
-                     + "; returns None.")
-    else:
-        lines.append("out: optional destination tensor (shape and dtype of the result).")
-    return "\n".join(lines)
+    return op.docstring(op.overwrites if op.in_place else
+                        "out: optional destination tensor (shape and dtype of the result).")
 
 
 globals().update(_generate())

@@ -27,13 +27,6 @@ class Backend:
     read_only: Callable[[Any], bool] | None = None  # array -> True when it must not be written
 
 
-class _Functions(dict):
-    def __missing__(self, name: str):
-        fn = jit.load(OPS[name].module)[name]
-        self[name] = fn
-        return fn
-
-
 def _source(op: Op, b: Backend) -> str:
     ins = [x.name for x in op.inputs]
     params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs]
@@ -63,15 +56,8 @@ def _source(op: Op, b: Backend) -> str:
 
 
 def _doc(op: Op, b: Backend) -> str:
-    lines = [op.doc, ""]
-    for a in op.attrs:
-        lines.append(f"{a.name}: {a.doc} (default {a.default!r}).")
-    if op.in_place:
-        lines.append("Overwrites " + ", ".join(f"{v} with {k}" for k, v in op.aliases.items())
-                     + "; returns None.")
-    else:
-        lines.append(f"out: optional destination {b.array_name} (shape and dtype of the result).")
-    return "\n".join(lines)
+    return op.docstring(op.overwrites if op.in_place else
+                        f"out: optional destination {b.array_name} (shape and dtype of the result).")
 
 
 def generate(b: Backend) -> dict[str, Callable]:
@@ -86,7 +72,7 @@ def generate(b: Backend) -> dict[str, Callable]:
         raise ValueError(f"{b.module}.{op}: {name} is written but is read-only")
 
     env = {"_A": b.array, "_check": check, "_refuse": refuse, "_empty": b.empty, "_arg": b.arg,
-           "_stream": b.stream, "_read_only": b.read_only, "_FN": _Functions()}
+           "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS}
     public = {}
     for op in OPS.values():
         for a in op.attrs:

@@ -553,3 +553,18 @@ def module_status() -> dict[str, str]:
     """Per module of MODULES: "built", "stale", "corrupt" or "missing" in the current cache dir."""
     root, targets = source_root(), _targets(None)
     return {name: _state(_prepare(spec, root, targets)) for name, spec in MODULES.items()}
+
+
+class Functions(dict):
+    """Exported TVM-FFI functions by op name, loaded (and built if needed) on first use; one
+    table per process, shared by every adapter."""
+
+    def __missing__(self, name: str):
+        from .ops import OPS
+
+        fn = load(OPS[name].module)[name]
+        self[name] = fn
+        return fn
+
+
+FUNCTIONS = Functions()

@@ -75,6 +75,19 @@ class Op:
     def output_shape(self, out: Output, shapes: dict[str, Shape]) -> Shape:
         return out.shape(tuple(shapes[out.like]))
 
+    def docstring(self, last: str, attr_note: str = "") -> str:
+        """The adapters' docstring: what the op does, its attributes, then `last` (what it
+        returns or overwrites, in the adapter's terms)."""
+        lines = [self.doc, ""]
+        lines += [f"{a.name}: {a.doc} (default {a.default!r}{attr_note})." for a in self.attrs]
+        return "\n".join([*lines, last] if last else lines)
+
+    @property
+    def overwrites(self) -> str:
+        """The in-place form's docstring line."""
+        return ("Overwrites " + ", ".join(f"{v} with {k}" for k, v in self.aliases.items())
+                + "; returns None.")
+
     def reference(self) -> Callable[..., Any]:
         """The float64 NumPy reference: (*inputs, **attrs) -> output or tuple of outputs."""
         from . import reference
