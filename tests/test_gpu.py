@@ -4,6 +4,7 @@ GPU; run on the device."""
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ SHAPES = [
     ((2, 4097), "contiguous"),
     ((2, 16385), "contiguous"),
     ((5, 20000), "contiguous"),
+    ((200, 20000), "contiguous"),  # more rows than co-resident clusters: persistent loops
     ((3, 100000), "contiguous"),
     ((1, 262144), "contiguous"),
     ((9, 1000), "strided"),
@@ -115,6 +117,47 @@ def test_side_stream_ordering():
         y = xt.rmsnorm(x, w)
     s.synchronize()
     assert torch.equal(y, xt.rmsnorm(src, w))
+
+
+def test_dependent_chain_on_one_stream():
+    """Every kernel starts early (PDL) and must still wait for the one before it: a chain of
+    ops, each reading what the previous one wrote, equals the same chain synchronised per step."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(64, 8192, generator=g).to("cuda", torch.bfloat16)
+    r = torch.randn(64, 8192, generator=g).to("cuda", torch.bfloat16)
+    w = torch.randn(8192, generator=g).to("cuda", torch.bfloat16) * 0.1 + 1
+
+    def chain(sync):
+        a, b = x.clone(), r.clone()
+        for _ in range(20):
+            a = xt.rmsnorm(a, w)
+            xt.fused_add_rmsnorm(a, b, w)
+            a = xt.softmax(xt.silu_and_mul(torch.cat([a, b], -1)), scale=1.0) * 8192
+            a = xt.layernorm(a, w, w)
+            if sync:
+                torch.cuda.synchronize()
+        return a, b
+
+    want, got = chain(True), chain(False)
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+
+
+def test_pdl_off_gives_the_same_bits(tmp_path):
+    """XKERNELS_DISABLE_PDL=1 launches plainly; results are bitwise those of PDL launches."""
+    code = ("import torch, xkernels.torch as xt\n"
+            "g = torch.Generator().manual_seed(3)\n"
+            "x = torch.randn(300, 20000, generator=g).to('cuda', torch.bfloat16)\n"
+            "w = torch.randn(20000, generator=g).to('cuda', torch.bfloat16)\n"
+            "ys = [xt.rmsnorm(x, w), xt.softmax(x), xt.layernorm(x, w, w), xt.gelu_and_mul(x)]\n"
+            "torch.save([y.cpu() for y in ys], __import__('sys').argv[1])\n")
+    outs = []
+    for flag in ("0", "1"):
+        path = tmp_path / f"pdl_{flag}.pt"
+        env = {**os.environ, "XKERNELS_DISABLE_PDL": flag}
+        subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True)
+        outs.append(torch.load(path))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
 
 
 def test_torch_compile_fullgraph_inductor():

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 
 #include "xkernels/rows.h"
 
@@ -50,6 +52,62 @@ inline cudaError_t GetDeviceProps(DeviceProps* out) {
   }
   *out = p;
   return cudaSuccess;
+}
+
+// Programmatic dependent launch (PDL, sm_90+). Kernels launched with it may start while the
+// kernel before them in the stream is still running: they call pdl_wait() before their first
+// global memory access (it returns once that kernel has completed and its writes are visible;
+// a no-op for a kernel launched without PDL), and pdl_release() to let the kernel after them
+// start early. What this hides is the launch itself: measured on the H100 in CUDA graphs, bf16
+// rmsnorm 1x4096 2.08 -> 1.89 us, 128x4096 2.89 -> 2.58 us, silu_and_mul 1x28672 1.77 -> 1.49.
+XK_DEVICE void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+XK_DEVICE void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches use PDL on sm_90+ unless XKERNELS_DISABLE_PDL=1 (read once per process).
+inline bool UsePDL(const DeviceProps& props) {
+  static const bool disabled = [] {
+    const char* v = std::getenv("XKERNELS_DISABLE_PDL");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return props.cc_major >= 9 && !disabled;
+}
+
+// Launch `kernel` with `smem` bytes of dynamic shared memory on `stream`, with PDL where UsePDL
+// allows, and as clusters of `cluster` blocks along x when cluster > 1 (sm_90+).
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, const DeviceProps& props, int cluster,
+                         Args&&... args) {
+  cudaLaunchAttribute attrs[2];
+  int n = 0;
+  if (cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (UsePDL(props)) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace xkernels

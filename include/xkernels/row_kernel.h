@@ -13,9 +13,11 @@
 // An Op supplies:
 //   Stats, Attr (scalars), Param (per-row result of the reduction)
 //   kWeight, kBias, kFusedAdd
+//   kNoL1: rows are loaded without allocating in L1, which keeps the columns there
 //   prep(x, attr) -> the value reduced and applied    (softmax scales; norms keep x)
-//   stats<VPT, V>(get, ok, reduce, attr, shift) -> Stats of the values get(j, k) (vectors j
-//       with ok[j]) held by all the threads that share `reduce`, an all-reducer: reduce(v, merge)
+//   stats<VPT, V>(get, ok, reduce, attr, shift, count) -> Stats of the values get(j, k) (vectors
+//       j with ok[j]) held by all the threads that share `reduce`, an all-reducer: reduce(v,
+//       merge); `count` is how many values those threads hold together (known without reducing)
 //   kShift: stats gets `shift`, the row's first input value (else 0), a common reference point
 //       that every thread of the row can read without communicating
 //   identity() -> Stats;  Merge{}(a, b) -> Stats     (combines the Stats of disjoint parts of a
@@ -71,7 +73,11 @@ XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_
     const int64_t i = first + static_cast<int64_t>(j) * stride;
     ok[j] = row_ok && i < n;
     if (ok[j]) {
-      x[j].load(px + i * V);
+      if constexpr (Op::kNoL1) {
+        x[j].load_no_l1(px + i * V);
+      } else {
+        x[j].load(px + i * V);
+      }
       if constexpr (Op::kFusedAdd) r[j].load(pr + i * V);
     } else {
 #pragma unroll
@@ -95,9 +101,10 @@ XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_
 template <class Op, typename T, int V, int VPT, class Reducer>
 XK_DEVICE typename Op::Stats row_stats(const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
                                        const Reducer& reduce, const typename Op::Attr& attr,
-                                       float shift) {
+                                       float shift, int count) {
   return Op::template stats<VPT, V>(
-      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok, reduce, attr, shift);
+      [&](int j, int k) { return Op::prep(to_float(x[j][k]), attr); }, ok, reduce, attr, shift,
+      count);
 }
 
 // The row's first value, for ops with kShift (not fused-add ops: their kept value is computed).
@@ -223,6 +230,16 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
     step = gridDim.x / c;
   }
 
+  // Values the reduction scope holds: the whole row, or this block's share of it.
+  int count = a.cols;
+  if constexpr (S == Scope::kCluster) {
+    const int64_t share = static_cast<int64_t>(blockDim.x) * VPT;
+    const int64_t left = n - (first - threadIdx.x);  // vectors from this block's first one
+    count = static_cast<int>((left <= 0 ? 0 : left < share ? left : share) * V);
+  }
+
+  pdl_wait();
+  pdl_release();
   // `base` is uniform over the block (over the cluster), so every thread runs the same number
   // of iterations and reaches every shuffle and barrier.
   bool cluster_pending = false;  // arrived at the cluster's "done reading" barrier, not waited
@@ -237,9 +254,9 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
     cols.load(a, first, stride, ok);
     Stats s;
     if constexpr (S == Scope::kGroup) {
-      s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr, shift);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr, shift, count);
     } else {
-      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer{smem}, attr, shift);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer{smem}, attr, shift, count);
       if constexpr (S == Scope::kCluster) {
         if (cluster_pending) reduce::cluster_wait();  // partners are done with our slot
         s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &slot, Op::identity());
@@ -265,6 +282,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int chunk = blockDim.x * VPT;
   typename Op::Merge merge;
   const reduce::BlockReducer block{smem};
+  pdl_wait();
+  pdl_release();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     Stats acc = Op::identity();
     const float shift = row_shift<Op>(a, row, true);
@@ -272,7 +291,8 @@ __global__ void __launch_bounds__(kMaxThreads)
       Vec<T, V> x[VPT];
       bool ok[VPT];
       load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, ok);
-      acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr, shift));  // uniform over the block
+      const int count = static_cast<int>((n - c < chunk ? n - c : chunk) * V);
+      acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr, shift, count));  // uniform
     }
     const typename Op::Param p = Op::finalize(acc, a.cols, attr);
     for (int64_t c = 0; c < n; c += chunk) {
@@ -308,15 +328,16 @@ constexpr int kMaxCluster = 8;  // portable cluster size
 // Grids of about one wave load weights early (see Columns).
 inline bool early_columns(int64_t blocks, int sm_count) { return blocks <= 2 * sm_count; }
 
+// `blocks` in all; clusters of `cluster` blocks for Scope::kCluster.
 template <class Op, typename T, typename W, int V, int VPT, Scope S>
 cudaError_t Launch(const RowArgs<T, W>& a, const typename Op::Attr& attr, int64_t blocks,
-                   int threads, int sm_count, cudaStream_t stream) {
-  if (early_columns(blocks, sm_count)) {
-    RowKernel<Op, T, W, V, VPT, S, true><<<blocks, threads, 0, stream>>>(a, attr);
-  } else {
-    RowKernel<Op, T, W, V, VPT, S, false><<<blocks, threads, 0, stream>>>(a, attr);
-  }
-  return cudaGetLastError();
+                   int threads, const DeviceProps& props, cudaStream_t stream, int cluster = 1) {
+  const dim3 grid(static_cast<unsigned>(blocks));
+  return early_columns(blocks, props.sm_count)
+             ? LaunchKernel(RowKernel<Op, T, W, V, VPT, S, true>, grid, threads, 0, stream,
+                            props, cluster, a, attr)
+             : LaunchKernel(RowKernel<Op, T, W, V, VPT, S, false>, grid, threads, 0, stream,
+                            props, cluster, a, attr);
 }
 
 // Launch with a fixed vector width V: pick the scope and vectors per thread from the row length.
@@ -332,41 +353,28 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     const bool two = n <= 64;
     a.group = two ? pow2_ceil(static_cast<int>(ceil_div<int64_t>(n, 2))) : 32;
     const int64_t blocks = std::min(ceil_div<int64_t>(a.rows, kThreads / a.group), kMaxGrid);
-    return two ? Launch<Op, T, W, V, 2, Scope::kGroup>(a, attr, blocks, kThreads, props.sm_count, stream)
-               : Launch<Op, T, W, V, 4, Scope::kGroup>(a, attr, blocks, kThreads, props.sm_count, stream);
+    return two ? Launch<Op, T, W, V, 2, Scope::kGroup>(a, attr, blocks, kThreads, props, stream)
+               : Launch<Op, T, W, V, 4, Scope::kGroup>(a, attr, blocks, kThreads, props, stream);
   }
   const int64_t blocks = std::min(a.rows, kMaxGrid);
   if (n <= 2 * kMaxThreads) {
     return Launch<Op, T, W, V, 2, Scope::kBlock>(a, attr, blocks, round_up32(ceil_div<int64_t>(n, 2)),
-                                                 props.sm_count, stream);
+                                                 props, stream);
   }
   if (n <= 4 * kMaxThreads) {
     return Launch<Op, T, W, V, 4, Scope::kBlock>(a, attr, blocks, round_up32(ceil_div<int64_t>(n, 4)),
-                                                 props.sm_count, stream);
+                                                 props, stream);
   }
   if (props.cc_major >= 9 && n <= int64_t{kMaxCluster} * kMaxThreads * 4 &&
       a.rows * kMaxCluster <= kMaxGrid) {
     // Split the row over a cluster of c blocks of about 256 threads, 4 vectors each.
     const int c = static_cast<int>(std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, 4 * 256)));
     const int threads = round_up32(ceil_div<int64_t>(n, int64_t{c} * 4));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.rows * c));
-    cfg.blockDim = dim3(threads);
-    cfg.stream = stream;
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = c;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-    return early_columns(a.rows * c, props.sm_count)
-               ? cudaLaunchKernelEx(&cfg, RowKernel<Op, T, W, V, 4, Scope::kCluster, true>, a, attr)
-               : cudaLaunchKernelEx(&cfg, RowKernel<Op, T, W, V, 4, Scope::kCluster, false>, a, attr);
+    return Launch<Op, T, W, V, 4, Scope::kCluster>(a, attr, a.rows * c, threads, props, stream, c);
   }
-  RowKernelLong<Op, T, W, V, 4>
-      <<<std::min<int64_t>(a.rows, props.sm_count * 2), kMaxThreads, 0, stream>>>(a, attr);
-  return cudaGetLastError();
+  return LaunchKernel(RowKernelLong<Op, T, W, V, 4>,
+                      dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, props.sm_count * 2))),
+                      kMaxThreads, 0, stream, props, 1, a, attr);
 }
 
 // Launch, vectorising by 16 bytes when every pointer, row stride and the row length allow it.

@@ -24,6 +24,7 @@ struct SoftmaxOp {
   };
   using Unfused = SoftmaxOp;
   static constexpr bool kWeight = false, kBias = false, kFusedAdd = false, kShift = false;
+  static constexpr bool kNoL1 = false;
   // Pairwise: two ex2 per merge, branch-free (measured on the H100 against a one-ex2 merge that
   // picks the larger max with selects: 32768x8192 bf16 2759 vs 2588 GB/s). Across lanes
   // (`lanes`, which the reducers prefer): a max butterfly, one rescale of each lane's sum to
@@ -49,7 +50,7 @@ struct SoftmaxOp {
   // than a max reduction followed by a sum reduction (32768x8192 bf16: 2751 vs 2364 GB/s).
   template <int VPT, int V, class Get, class Reduce>
   static XK_DEVICE MaxSum stats(Get v, const bool (&ok)[VPT], const Reduce& reduce, const Attr&,
-                                float) {
+                                float, int) {
     float m = -math::kInf;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)

@@ -24,6 +24,35 @@ struct alignas(vec_align<T, N>()) Vec {
   XK_DEVICE void load(const T* p) { *this = *reinterpret_cast<const Vec*>(p); }
   XK_DEVICE void store(T* p) const { *reinterpret_cast<Vec*>(p) = *this; }
 
+  // A load that does not allocate in L1: for data read once (rows), so that it does not evict
+  // data the same SM reads again (weights, biases).
+  XK_DEVICE void load_no_l1(const T* p) {
+    constexpr int kBytes = sizeof(T) * N;
+    if constexpr (kBytes == 16) {
+      uint4 v;
+      asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p));
+      memcpy(data, &v, 16);
+    } else if constexpr (kBytes == 8) {
+      uint2 v;
+      asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                   : "=r"(v.x), "=r"(v.y)
+                   : "l"(p));
+      memcpy(data, &v, 8);
+    } else if constexpr (kBytes == 4) {
+      unsigned v;
+      asm volatile("ld.global.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+      memcpy(data, &v, 4);
+    } else if constexpr (kBytes == 2) {
+      unsigned short v;
+      asm volatile("ld.global.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+      memcpy(data, &v, 2);
+    } else {
+      load(p);
+    }
+  }
+
   // Load N elements of another type, converting to float.
   template <typename S>
   XK_DEVICE static void cast_load(float (&dst)[N], const S* p) {
