@@ -119,6 +119,32 @@ def test_side_stream_ordering():
     assert torch.equal(y, xt.rmsnorm(src, w))
 
 
+@pytest.mark.parametrize("cols", [20000, 131072])
+def test_persistent_cluster_rows(cols):
+    """Rows split over clusters, more rows than twice the clusters that fit: each cluster takes
+    many rows, and its exchange buffers and mbarrier phases cycle."""
+    g = torch.Generator().manual_seed(cols)
+    rows = 1500 if cols == 20000 else 600
+    x = torch.randn(rows, cols, generator=g).to("cuda", torch.bfloat16)
+    r = torch.randn(rows, cols, generator=g).to("cuda", torch.bfloat16)
+    w = torch.randn(cols, generator=g).to("cuda", torch.bfloat16)
+    xd, wd = x.double(), w.double()
+
+    def close(got, want):
+        err = (got.double() - want).abs() - 2e-2 * want.abs()
+        assert err.max().item() <= 2e-2, err.max().item()
+
+    close(xt.softmax(x, scale=0.7), torch.softmax(xd * 0.7, -1))
+    close(xt.rmsnorm(x, w), xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd)
+    close(xt.layernorm(x + 3, w, w), torch.nn.functional.layer_norm((x + 3).double(), (cols,), wd, wd, 1e-5))
+    y, res = x.clone(), r.clone()
+    xt.fused_add_rmsnorm(y, res, w)
+    s = (x + r).double()  # bf16 sum rounded, as the op keeps it
+    close(res, s)
+    sd = res.double()
+    close(y, sd * torch.rsqrt(sd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd)
+
+
 def test_dependent_chain_on_one_stream():
     """Every kernel starts early (PDL) and must still wait for the one before it: a chain of
     ops, each reading what the previous one wrote, equals the same chain synchronised per step."""

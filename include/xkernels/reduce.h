@@ -106,25 +106,73 @@ XK_DEVICE void cluster_wait() {
 #endif
 }
 
-// Merge one value per block across a thread-block cluster (sm_90) through distributed shared
-// memory. `slot` is a __shared__ S; `identity` merges as a no-op. Each aligned group of 8 lanes
-// reads every rank's slot once (one remote load per lane, all in flight together), then
-// all-reduces the group: every block runs the same butterfly over the same values, so every
-// block gets the same bits. It returns after arriving at the cluster barrier that says "done
-// reading": the caller must cluster_wait() before it writes `slot` again and before the block
-// exits, so that the row's stores overlap the partners' reads.
-template <typename S, typename Merge>
-XK_DEVICE S cluster_all_reduce(S s, Merge merge, S* slot, S identity) {
+// Merge one value per block across a thread-block cluster (sm_90) without cluster barriers: each
+// block sends its value to every block's shared memory with st.async, which counts the bytes on
+// the receiver's mbarrier; a block waits on its own mbarrier, then every block runs the same
+// butterfly over the same values (the same bits everywhere). Two buffers alternate by exchange,
+// so a block may run one exchange ahead of its slowest partner, never two: it needs that
+// partner's value of the one before. Measured on the H100 against a slot per block read through
+// DSMEM between two cluster barriers per row: softmax 4096x131072 bf16 2023 -> 2263 GB/s,
+// 1x131072 5.7 -> 4.1 us. Per block, in shared memory:
+struct ClusterExchange {
+  static constexpr int kMax = 8;  // portable cluster size
+  uint4 values[2][kMax];          // (buffer, sender's rank), 16 bytes each
+  uint64_t bar[2];                // one mbarrier per buffer
+};
+
+XK_DEVICE unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Before the first exchange: the mbarriers of every block are initialised before any partner
+// sends. Every thread of every block of the cluster calls it.
+XK_DEVICE void cluster_exchange_init(ClusterExchange* x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int kMax = 8;  // portable cluster size
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  if (threadIdx.x == 0) *slot = s;
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 2; ++b)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&x->bar[b])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
   cluster_arrive();
   cluster_wait();
+#endif
+}
+
+// The all-reduce of the t-th exchange (t = 0, 1, ... on every block of the cluster, in step).
+// `s` must be the same on every thread of the block.
+template <typename S, typename Merge>
+XK_DEVICE S cluster_all_reduce(S s, Merge merge, ClusterExchange* x, int64_t t, S identity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(sizeof(S) <= 16, "exchanged values are at most 16 bytes");
+  constexpr int kMax = ClusterExchange::kMax;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int c = static_cast<int>(cluster.num_blocks());
+  const int b = static_cast<int>(t & 1);
+  const unsigned parity = static_cast<unsigned>((t >> 1) & 1);
+  const unsigned bar = smem_addr(&x->bar[b]);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"(c * 16) : "memory");
+  }
+  if (static_cast<int>(threadIdx.x) < c) {  // thread r sends to rank r
+    uint4 v = {0u, 0u, 0u, 0u};
+    memcpy(&v, &s, sizeof(S));
+    unsigned dst, dst_bar;
+    const unsigned src = smem_addr(&x->values[b][cluster.block_rank()]);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(src), "r"(threadIdx.x));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst_bar) : "r"(bar), "r"(threadIdx.x));
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+        ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(dst_bar) : "memory");
+  }
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra WAIT;\n\t}" ::"r"(bar), "r"(parity) : "memory");
   const int r = threadIdx.x & (kMax - 1);
-  const S mine = r < static_cast<int>(cluster.num_blocks()) ? *cluster.map_shared_rank(slot, r)
-                                                            : identity;
-  cluster_arrive();  // done reading the partners' slots
+  S mine = identity;
+  if (r < c) memcpy(&mine, &x->values[b][r], sizeof(S));
   return warp_all_reduce(mine, merge, kMax);
 #else
   __trap();  // launchers pick cluster kernels on sm_90+ only
