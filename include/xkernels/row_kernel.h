@@ -257,7 +257,8 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
     if constexpr (S == Scope::kGroup) {
       s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr, shift, count);
     } else {
-      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer{smem}, attr, shift, count);
+      s = row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<kEarly>{smem}, attr, shift,
+                                   count);
       if constexpr (S == Scope::kCluster) {
         s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &exchange, t++, Op::identity());
       }
@@ -280,7 +281,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int n = a.cols / V;
   const int chunk = blockDim.x * VPT;
   typename Op::Merge merge;
-  const reduce::BlockReducer block{smem};
+  const reduce::BlockReducer<> block{smem};
   pdl_wait();
   pdl_release();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
