@@ -171,8 +171,8 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, cudaStream_t stream, Args...
   const int64_t n = cols / V;
   const Tiling t = Tile(rows, n, props.sm_count);
   return t.unroll == 1
-             ? LaunchKernel(K<V, 1>::kernel, t.grid(rows), t.threads, 0, stream, props, 1, args...)
-             : LaunchKernel(K<V, 2>::kernel, t.grid(rows), t.threads, 0, stream, props, 1, args...);
+             ? LaunchKernel(K<V, 1>::kernel, t.grid(rows), t.threads, stream, props, 1, args...)
+             : LaunchKernel(K<V, 2>::kernel, t.grid(rows), t.threads, stream, props, 1, args...);
 }
 
 template <math::Act A, typename T>

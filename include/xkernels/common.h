@@ -33,6 +33,14 @@ inline bool is_aligned(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
 }
 
+// Launchers cache what they ask the driver per device, in tables of kMaxDevices entries.
+constexpr int kMaxDevices = 64;
+
+inline cudaError_t CurrentDevice(int* dev) {
+  XK_CUDA_TRY(cudaGetDevice(dev));
+  return *dev >= 0 && *dev < kMaxDevices ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
 // Properties of the current device, read once per device and cached (launchers are hot).
 struct DeviceProps {
   int sm_count = 0;
@@ -40,11 +48,9 @@ struct DeviceProps {
 };
 
 inline cudaError_t GetDeviceProps(DeviceProps* out) {
-  constexpr int kMaxDevices = 64;
   static DeviceProps cache[kMaxDevices];
   int dev = 0;
-  XK_CUDA_TRY(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  XK_CUDA_TRY(CurrentDevice(&dev));
   DeviceProps& p = cache[dev];
   if (p.sm_count == 0) {  // benign race: every thread writes the same values
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -80,34 +86,43 @@ inline bool UsePDL(const DeviceProps& props) {
   return props.cc_major >= 9 && !disabled;
 }
 
-// Launch `kernel` with `smem` bytes of dynamic shared memory on `stream`, with PDL where UsePDL
-// allows, and as clusters of `cluster` blocks along x when cluster > 1 (sm_90+).
-template <typename... Params, typename... Args>
-cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                         cudaStream_t stream, const DeviceProps& props, int cluster,
-                         Args&&... args) {
-  cudaLaunchAttribute attrs[2];
-  int n = 0;
-  if (cluster > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (UsePDL(props)) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
+// A launch configuration: `grid` x `block` on `stream`, as clusters of `cluster` blocks along x
+// when cluster > 1 (sm_90+), with PDL when `pdl`. Not copyable: `cfg` points into it.
+struct LaunchConfig {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attrs;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  cudaLaunchAttribute attrs[2];
+
+  LaunchConfig(dim3 grid, dim3 block, cudaStream_t stream, int cluster, bool pdl) {
+    int n = 0;
+    if (cluster > 1) {
+      attrs[n].id = cudaLaunchAttributeClusterDimension;
+      attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+      attrs[n].val.clusterDim.y = 1;
+      attrs[n].val.clusterDim.z = 1;
+      ++n;
+    }
+    if (pdl) {
+      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = stream;
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
+
+// Launch `kernel` on `stream`, with PDL where UsePDL allows, and as clusters of `cluster` blocks
+// along x when cluster > 1 (sm_90+). Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                         const DeviceProps& props, int cluster, Args&&... args) {
+  const LaunchConfig lc(grid, block, stream, cluster, UsePDL(props));
+  return cudaLaunchKernelEx(&lc.cfg, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace xkernels

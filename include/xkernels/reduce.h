@@ -104,15 +104,11 @@ struct BlockReducer {
   }
 };
 
-// Split cluster barrier (sm_90): arrive (releasing this thread's writes) and wait (acquiring
-// the others'). Every thread of every block of the cluster takes part.
-XK_DEVICE void cluster_arrive() {
+// Cluster barrier (sm_90): every thread of every block of the cluster arrives (releasing its
+// writes) and waits (acquiring the others').
+XK_DEVICE void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-XK_DEVICE void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
@@ -144,8 +140,7 @@ XK_DEVICE void cluster_exchange_init(ClusterExchange* x) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&x->bar[b])) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  cluster_arrive();
-  cluster_wait();
+  cluster_sync();
 #endif
 }
 

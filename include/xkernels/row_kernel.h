@@ -7,7 +7,8 @@
 //   kGroup   `group` (<= 32) lanes of a warp per row, several rows per block (short rows, QK-norm)
 //   kBlock   one block per row
 //   kCluster a thread-block cluster of up to 8 blocks per row (sm_90), through distributed
-//            shared memory: rows up to 8 * 512 * 4 vectors (131072 bf16) stay in registers
+//            shared memory: rows up to 8 * 512 * 4 vectors (131072 bf16) stay in registers;
+//            clusters are persistent (each takes many rows) once the grid exceeds a wave
 // Rows longer than that take RowKernelLong: two passes over memory, one block per row.
 //
 // An Op supplies:
@@ -334,10 +335,10 @@ cudaError_t Launch(const RowArgs<T, W>& a, const typename Op::Attr& attr, int64_
                    int threads, const DeviceProps& props, cudaStream_t stream, int cluster = 1) {
   const dim3 grid(static_cast<unsigned>(blocks));
   return early_columns(blocks, props.sm_count)
-             ? LaunchKernel(RowKernel<Op, T, W, V, VPT, S, true>, grid, threads, 0, stream,
-                            props, cluster, a, attr)
-             : LaunchKernel(RowKernel<Op, T, W, V, VPT, S, false>, grid, threads, 0, stream,
-                            props, cluster, a, attr);
+             ? LaunchKernel(RowKernel<Op, T, W, V, VPT, S, true>, grid, threads, stream, props,
+                            cluster, a, attr)
+             : LaunchKernel(RowKernel<Op, T, W, V, VPT, S, false>, grid, threads, stream, props,
+                            cluster, a, attr);
 }
 
 // Rows split over clusters of c blocks of `threads`, for grids larger than a wave: persistent,
@@ -351,33 +352,22 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
                                      int threads, const DeviceProps& props, cudaStream_t stream) {
   const auto kernel = RowKernel<Op, T, W, V, 4, Scope::kCluster, false>;
   // Per device: the last shape asked about and how many of its clusters fit at once.
-  constexpr int kMaxDevices = 64;
   struct Fit {
     int c = 0, threads = 0, clusters = 0;
   };
   static Fit fits[kMaxDevices];
   int dev = 0;
-  XK_CUDA_TRY(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  XK_CUDA_TRY(CurrentDevice(&dev));
   Fit& fit = fits[dev];
   if (fit.c != c || fit.threads != threads) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(c));
-    cfg.blockDim = dim3(static_cast<unsigned>(threads));
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(c);
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
+    const LaunchConfig one(dim3(static_cast<unsigned>(c)), threads, stream, c, false);
     int clusters = 0;
-    XK_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    XK_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.cfg));
     fit = {c, threads, std::max(clusters, 1)};  // benign race: every thread writes the same
   }
   const int64_t blocks = std::min<int64_t>(a.rows, 2 * int64_t{fit.clusters}) * c;
-  return LaunchKernel(kernel, dim3(static_cast<unsigned>(blocks)), threads, 0, stream, props, c,
-                      a, attr);
+  return LaunchKernel(kernel, dim3(static_cast<unsigned>(blocks)), threads, stream, props, c, a,
+                      attr);
 }
 
 // Launch with a fixed vector width V: pick the scope and vectors per thread from the row length.
@@ -417,7 +407,7 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
   }
   return LaunchKernel(RowKernelLong<Op, T, W, V, 4>,
                       dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, props.sm_count * 2))),
-                      kMaxThreads, 0, stream, props, 1, a, attr);
+                      kMaxThreads, stream, props, 1, a, attr);
 }
 
 // Launch, vectorising by 16 bytes when every pointer, row stride and the row length allow it.
