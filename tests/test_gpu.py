@@ -143,6 +143,18 @@ def test_persistent_cluster_rows(cols):
     close(res, s)
     sd = res.double()
     close(y, sd * torch.rsqrt(sd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd)
+    # Strided rows written in place: each block stages its share of the next row while it
+    # writes the current one.
+    big = torch.randn(rows, cols + 64, generator=g).to("cuda", torch.bfloat16)
+    v = big[:, 32:32 + cols]
+    edges = torch.cat([big[:, :32], big[:, 32 + cols:]], 1).clone()
+    want = torch.softmax(v.double(), -1)
+    xt.softmax(v, out=v)
+    close(v, want)
+    v.copy_(x)
+    xt.rmsnorm(v, w, out=v)
+    assert torch.equal(v, xt.rmsnorm(x, w))
+    assert torch.equal(torch.cat([big[:, :32], big[:, 32 + cols:]], 1), edges)
 
 
 def test_dependent_chain_on_one_stream():

@@ -23,7 +23,7 @@ struct RMSNormOp {
   };
   using Unfused = RMSNormOp<false>;
   static constexpr bool kWeight = true, kBias = false, kFusedAdd = kFused, kShift = false;
-  static constexpr bool kNoL1 = false;
+  static constexpr bool kNoL1 = false, kStaged = !kFused;
   struct Merge {
     XK_DEVICE float operator()(float a, float b) const { return a + b; }
   };
@@ -70,7 +70,7 @@ struct LayerNormOp {
   // L1, they are not re-fetched from L2 per row. Measured on the H100, bf16 32768x8192: 2481 ->
   // 2879 GB/s (with plain loads ptxas also spilled 8 bytes at the 32-register cap). RMSNorm,
   // softmax and the activations lost 1-4% with it, so they keep plain loads.
-  static constexpr bool kNoL1 = true;
+  static constexpr bool kNoL1 = true, kStaged = true;
   struct Merge {
     XK_DEVICE MeanM2 operator()(const MeanM2& a, const MeanM2& b) const {
       const float n = a.n + b.n;

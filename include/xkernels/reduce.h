@@ -131,13 +131,47 @@ XK_DEVICE unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// Initialise the mbarrier `bar` for `count` arrivals per phase (one thread; publish it with a
+// barrier and, for other blocks of the cluster, fence.mbarrier_init).
+XK_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+#endif
+}
+
+// One thread's bulk copy (sm_90 TMA, no tensor map) of `bytes` (a multiple of 16, both
+// addresses 16-byte aligned) from global to this block's shared memory, counted on the mbarrier
+// `bar`, which the same thread arms for those bytes first. Where the block read `dst` before,
+// call it after a barrier: the proxy fence then orders those reads before the copy's writes.
+XK_DEVICE void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes) : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// Wait until the mbarrier `bar` completes the phase of the given parity.
+XK_DEVICE void mbarrier_wait(uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra WAIT;\n\t}" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+#endif
+}
+
 // Before the first exchange: the mbarriers of every block are initialised before any partner
 // sends. Every thread of every block of the cluster calls it.
 XK_DEVICE void cluster_exchange_init(ClusterExchange* x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x == 0) {
-    for (int b = 0; b < 2; ++b)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&x->bar[b])) : "memory");
+    for (int b = 0; b < 2; ++b) mbarrier_init(&x->bar[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   cluster_sync();
@@ -171,11 +205,7 @@ XK_DEVICE S cluster_all_reduce(S s, Merge merge, ClusterExchange* x, int64_t t, 
         "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
         ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(dst_bar) : "memory");
   }
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "WAIT:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-      "@!p bra WAIT;\n\t}" ::"r"(bar), "r"(parity) : "memory");
+  mbarrier_wait(&x->bar[b], parity);
   const int r = threadIdx.x & (kMax - 1);
   S mine = identity;
   if (r < c) memcpy(&mine, &x->values[b][r], sizeof(S));
