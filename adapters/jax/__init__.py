@@ -248,9 +248,7 @@ def _generate() -> dict:
     public = {}
     for op in OPS.values():
         env[f"_OP_{op.name}"] = op
-        for a in op.attrs:
-            if a.choices:
-                env[f"_ENC_{op.name}_{a.name}"] = a.encode
+        env.update(op.codegen_env())
         exec(compile(_source(op), f"<xkernels.jax.{op.name}>", "exec"), env)  # noqa: S102
         fn = env[op.name]
         fn.__module__ = __name__

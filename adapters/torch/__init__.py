@@ -97,11 +97,7 @@ def _generate() -> dict:
     }
     public = {}
     for op in OPS.values():
-        for a in op.attrs:
-            if a.choices:
-                env[f"_ENC_{op.name}_{a.name}"] = a.encode
-        if not op.in_place:
-            env[f"_OUT_{op.name}"] = op.outputs[0].shape
+        env.update(op.codegen_env())
         _lib.define(_schema(op))
         exec(compile(_source(op), f"<xkernels.torch.{op.name}>", "exec"), env)  # noqa: S102
         impl = env[f"_impl_{op.name}"]

@@ -75,11 +75,7 @@ def generate(b: Backend) -> dict[str, Callable]:
            "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS}
     public = {}
     for op in OPS.values():
-        for a in op.attrs:
-            if a.choices:
-                env[f"_ENC_{op.name}_{a.name}"] = a.encode
-        if not op.in_place:
-            env[f"_OUT_{op.name}"] = op.outputs[0].shape
+        env.update(op.codegen_env())
         exec(compile(_source(op, b), f"<{b.module}.{op.name}>", "exec"), env)  # noqa: S102
         fn = env[op.name]
         fn.__module__ = b.module

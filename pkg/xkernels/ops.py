@@ -88,6 +88,16 @@ class Op:
         return ("Overwrites " + ", ".join(f"{v} with {k}" for k, v in self.aliases.items())
                 + "; returns None.")
 
+    def codegen_env(self) -> dict[str, Any]:
+        """Names the adapters' generated code of this op refers to: `_ENC_<op>_<attr>`, the
+        encoder of each attribute with choices, and `_OUT_<op>`, the shape rule of the output of
+        an op that is not in place."""
+        env: dict[str, Any] = {f"_ENC_{self.name}_{a.name}": a.encode
+                               for a in self.attrs if a.choices}
+        if not self.in_place:
+            env[f"_OUT_{self.name}"] = self.outputs[0].shape
+        return env
+
     def reference(self) -> Callable[..., Any]:
         """The float64 NumPy reference: (*inputs, **attrs) -> output or tuple of outputs."""
         from . import reference
