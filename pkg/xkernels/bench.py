@@ -639,7 +639,9 @@ def _liger_impls(op: str, attrs: dict, lk: Any) -> list[Impl]:
     if op == "fused_add_rmsnorm":
         return [Impl("liger", _bind_fn(
             lambda x, r, w: tuple(lk.LigerFusedAddRMSNormFunction.apply(x, r, w, eps)),
-            ["input", "residual", "weight"]), "returns new (out, residual)")]
+            ["input", "residual", "weight"]),
+            "returns new (out, residual): allocated inside the graph, they may reuse the same "
+            "addresses every call and stay in L2 (xkernels writes in place into the rotating sets)")]
     if op == "layernorm":
         return [Impl("liger", _bind_fn(
             lambda x, w, b: lk.LigerLayerNormFunction.apply(x, w, b, eps),
