@@ -248,13 +248,7 @@ def _generate() -> dict:
     public = {}
     for op in OPS.values():
         env[f"_OP_{op.name}"] = op
-        env.update(op.codegen_env())
-        exec(compile(_source(op), f"<xkernels.jax.{op.name}>", "exec"), env)  # noqa: S102
-        fn = env[op.name]
-        fn.__module__ = __name__
-        fn.__qualname__ = op.name
-        fn.__doc__ = _doc(op)
-        public[op.name] = fn
+        public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
     return public
 
 

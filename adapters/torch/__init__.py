@@ -97,18 +97,12 @@ def _generate() -> dict:
     }
     public = {}
     for op in OPS.values():
-        env.update(op.codegen_env())
         _lib.define(_schema(op))
-        exec(compile(_source(op), f"<xkernels.torch.{op.name}>", "exec"), env)  # noqa: S102
+        public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
         impl = env[f"_impl_{op.name}"]
         _lib.impl(op.name, impl, "CPU")
         _lib.impl(op.name, impl, "CUDA")
         torch.library.register_fake(f"xkernels::{op.name}", _fake, lib=_lib)
-        fn = env[op.name]
-        fn.__module__ = __name__
-        fn.__qualname__ = op.name
-        fn.__doc__ = _doc(op)
-        public[op.name] = fn
     return public
 
 

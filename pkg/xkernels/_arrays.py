@@ -75,11 +75,5 @@ def generate(b: Backend) -> dict[str, Callable]:
            "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS}
     public = {}
     for op in OPS.values():
-        env.update(op.codegen_env())
-        exec(compile(_source(op, b), f"<{b.module}.{op.name}>", "exec"), env)  # noqa: S102
-        fn = env[op.name]
-        fn.__module__ = b.module
-        fn.__qualname__ = op.name
-        fn.__doc__ = _doc(op, b)
-        public[op.name] = fn
+        public[op.name] = op.generate(_source(op, b), env, b.module, _doc(op, b))
     return public

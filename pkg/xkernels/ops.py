@@ -98,6 +98,18 @@ class Op:
             env[f"_OUT_{self.name}"] = self.outputs[0].shape
         return env
 
+    def generate(self, source: str, env: dict[str, Any], module: str,
+                 doc: str) -> Callable[..., Any]:
+        """Run an adapter's generated `source` for this op in `env` (codegen_env added to it) and
+        return the public function it defines, named as one of `module`'s, with `doc`."""
+        env.update(self.codegen_env())
+        exec(compile(source, f"<{module}.{self.name}>", "exec"), env)  # noqa: S102
+        fn = env[self.name]
+        fn.__module__ = module
+        fn.__qualname__ = self.name
+        fn.__doc__ = doc
+        return fn
+
     def reference(self) -> Callable[..., Any]:
         """The float64 NumPy reference: (*inputs, **attrs) -> output or tuple of outputs."""
         from . import reference
