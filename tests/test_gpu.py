@@ -119,7 +119,7 @@ def test_side_stream_ordering():
     assert torch.equal(y, xt.rmsnorm(src, w))
 
 
-@pytest.mark.parametrize("cols", [20000, 131072])
+@pytest.mark.parametrize("cols", [20000, 131072, 140000])
 def test_persistent_cluster_rows(cols):
     """Rows split over clusters, more rows than twice the clusters that fit: each cluster takes
     many rows, and its exchange buffers and mbarrier phases cycle."""

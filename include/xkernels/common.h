@@ -87,12 +87,13 @@ inline bool UsePDL(const DeviceProps& props) {
 }
 
 // A launch configuration: `grid` x `block` on `stream`, as clusters of `cluster` blocks along x
-// when cluster > 1 (sm_90+), with PDL when `pdl`. Not copyable: `cfg` points into it.
+// when cluster > 1 (sm_90+), with PDL when `pdl`, and `smem_bytes` of dynamic shared memory. Not copyable: `cfg` points into it.
 struct LaunchConfig {
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attrs[2];
 
-  LaunchConfig(dim3 grid, dim3 block, cudaStream_t stream, int cluster, bool pdl) {
+  LaunchConfig(dim3 grid, dim3 block, cudaStream_t stream, int cluster, bool pdl,
+               size_t smem_bytes = 0) {
     int n = 0;
     if (cluster > 1) {
       attrs[n].id = cudaLaunchAttributeClusterDimension;
@@ -108,6 +109,7 @@ struct LaunchConfig {
     }
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem_bytes;
     cfg.stream = stream;
     cfg.attrs = attrs;
     cfg.numAttrs = n;

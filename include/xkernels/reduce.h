@@ -55,6 +55,14 @@ struct Sum {
   }
 };
 
+// The statistics of one thread's own values: an all-reducer over a scope of one thread.
+struct ThreadReducer {
+  template <typename T, typename Merge>
+  XK_DEVICE T operator()(T v, Merge) const {
+    return v;
+  }
+};
+
 // All-reduce among the `width` lanes (<= 32, a power of two) that share a row.
 struct GroupReducer {
   int width;

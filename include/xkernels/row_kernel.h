@@ -9,7 +9,10 @@
 //   kCluster a thread-block cluster of up to 8 blocks per row (sm_90), through distributed
 //            shared memory: rows up to 8 * 512 * 4 vectors (131072 bf16) stay in registers;
 //            clusters are persistent (each takes many rows) once the grid exceeds a wave
-// Rows longer than that take RowKernelLong: two passes over memory, one block per row.
+// RowKernelSmem holds rows in shared memory instead, over clusters of up to 8 blocks of 128 KB
+// (rows up to 1 MB): rows past the registers' reach, and the long rows of ops without weights.
+// Rows longer than that, or not in 16-byte vectors, take RowKernelLong: two passes over memory,
+// one block per row.
 //
 // An Op supplies:
 //   Stats, Attr (scalars), Param (per-row result of the reduction)
@@ -293,8 +296,8 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
 // mbarrier), so each block keeps a load in flight through its reductions, exchange and stores.
 // 16-byte vectors, VPT of them per thread, ops with kStaged (fused-add ops, two inputs, keep
 // RowKernel). Measured on the H100 against RowKernel's persistent clusters, bf16 4096x131072:
-// rmsnorm 2407 -> 2563 GB/s, layernorm 2189 -> 2467; softmax lost (2620 -> 2259), so it keeps
-// RowKernel.
+// rmsnorm 2407 -> 2563 GB/s, layernorm 2189 -> 2467; softmax lost (2620 -> 2259; its long rows
+// now take RowKernelSmem).
 template <class Op, typename T, typename W, int V, int VPT>
 __global__ void __launch_bounds__(kMaxThreads, 2)
     RowKernelStaged(const RowArgs<T, W> a, const typename Op::Attr attr) {
@@ -365,6 +368,113 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   }
   // No partner writes to this block after its last exchange (each waited for all of them), and
   // no bulk copy is left in flight (each one issued was waited for).
+}
+
+// Persistent cluster rows held in shared memory instead of registers. Each block's share of a
+// row (at most `share_max` vectors) is cut into chunks of blockDim.x * kVPC vectors, which
+// stream through a ring of kSlots chunk-sized slots of dynamic shared memory: each chunk
+// arrives by one bulk copy (issued by one thread) counted on its slot's mbarrier. The statistics
+// are reduced chunk by chunk as the chunks land; after the exchange the output pass rewrites the
+// row chunk by chunk, and once every thread has read a slot, the chunk kSlots ahead is on its
+// way into it. With more slots than a share has chunks, the next row is already arriving while
+// this one is reduced and exchanged. Registers hold one chunk at a time, so a share is bounded by
+// shared memory, not registers: a 256 KB row takes 2 blocks (one per SM, which pack the GPCs
+// fully) instead of 8.
+template <class Op, typename T, typename W, int V, int kVPC, int kSlots>
+__global__ void __launch_bounds__(1024)
+    RowKernelSmem(const RowArgs<T, W> a, const typename Op::Attr attr, int share_max, int c) {
+  static_assert(sizeof(T) * V == 16 && !Op::kFusedAdd, "16-byte vectors of one input");
+  using Stats = typename Op::Stats;
+  using Merge = typename Op::Merge;
+  extern __shared__ uint4 dyn[];
+  Vec<T, V>* ring = reinterpret_cast<Vec<T, V>*>(dyn);  // (kSlots, chunk) vectors
+  __shared__ uint4 smem[32];
+  __shared__ reduce::ClusterExchange exchange;
+  __shared__ uint64_t full[kSlots];  // one mbarrier per slot
+  // c blocks per row: a cluster of them, or one block launched without clusters.
+  const unsigned rank = c > 1 ? cooperative_groups::this_cluster().block_rank() : 0u;
+  const int n = a.cols / V;
+  const int64_t block_first = static_cast<int64_t>(rank) * share_max;
+  const int64_t left = n - block_first;
+  const int share = static_cast<int>(left <= 0 ? 0 : left < share_max ? left : share_max);
+  const int chunk = blockDim.x * kVPC;
+  const int chunks = (share + chunk - 1) / chunk;  // per row, at most kSlots
+  const int64_t base = blockIdx.x / c, step = gridDim.x / c;
+
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < kSlots; ++k) reduce::mbarrier_init(&full[k], 1);
+  }
+  if (c > 1) {
+    reduce::cluster_exchange_init(&exchange);  // its cluster barrier also publishes `full`
+  } else {
+    __syncthreads();
+  }
+  pdl_wait();
+  pdl_release();
+  // Thread 0: chunk k of the row `ahead` rows after `row` into `slot`, where that row exists.
+  const auto fetch = [&](int64_t row, int ahead, int k, int slot) {
+    row += ahead * step;
+    if (row >= a.rows) return;
+    const int m = min(chunk, share - k * chunk);
+    reduce::bulk_load(ring + slot * chunk,
+                      a.in + a.in_rs.offset(row) + (block_first + k * chunk) * V,
+                      static_cast<unsigned>(m) * 16u, &full[slot]);
+  };
+  // This thread's vectors j of chunk k, from `slot` once its fill of `parity` has landed:
+  // indices threadIdx.x + j * blockDim.x of the slot, where below the share.
+  const auto read = [&](int k, int slot, unsigned parity, Vec<T, V>(&x)[kVPC], bool(&ok)[kVPC]) {
+    reduce::mbarrier_wait(&full[slot], parity);
+    const Vec<T, V>* src = ring + slot * chunk;
+#pragma unroll
+    for (int j = 0; j < kVPC; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
+      ok[j] = k * chunk + i < share;
+      if (ok[j]) {
+        x[j] = src[i];
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[j][e] = from_float<T>(0.f);
+      }
+    }
+  };
+  // Chunks fill the slots in sequence, round after round: chunk k of the row after row r sits
+  // `chunks` slots after chunk k of row r; each round flips the fill's parity.
+  if (chunks > 0 && threadIdx.x == 0) {
+    for (int g = 0; g < kSlots; ++g) fetch(base, g / chunks, g % chunks, g);
+  }
+  int slot0 = 0;         // slot of the row's first chunk
+  unsigned parity0 = 0;  // parity of its fill
+  float next_shift = base < a.rows ? row_shift<Op>(a, base, true) : 0.f;  // kShift: a row ahead
+  for (int64_t t = 0, row = base; row < a.rows; ++t, row += step) {
+    const float shift = next_shift;
+    if (row + step < a.rows) next_shift = row_shift<Op>(a, row + step, true);
+    Stats s = Op::identity();
+    for (int k = 0, slot = slot0, parity = parity0; k < chunks; ++k) {
+      Vec<T, V> x[kVPC];
+      bool ok[kVPC];
+      read(k, slot, parity, x, ok);
+      int count = 0;
+#pragma unroll
+      for (int j = 0; j < kVPC; ++j) count += ok[j] ? V : 0;
+      s = Merge{}(s, row_stats<Op, T, V, kVPC>(x, ok, reduce::ThreadReducer{}, attr, shift, count));
+      if (++slot == kSlots) slot = 0, parity ^= 1;
+    }
+    s = reduce::BlockReducer<>{smem}(s, Merge{});
+    if (c > 1) s = reduce::cluster_all_reduce(s, Merge{}, &exchange, t, Op::identity());
+    const typename Op::Param p = Op::finalize(s, a.cols, attr);
+    Columns<Op, T, W, V, kVPC, false> cols;
+    for (int k = 0; k < chunks; ++k) {
+      Vec<T, V> x[kVPC];
+      bool ok[kVPC];
+      read(k, slot0, parity0, x, ok);  // landed: no wait
+      store_row(a, row, block_first + k * chunk + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
+      __syncthreads();  // every thread has read the slot: the chunk kSlots later may fill it
+      if (threadIdx.x == 0) fetch(row, (k + kSlots) / chunks, (k + kSlots) % chunks, slot0);
+      if (++slot0 == kSlots) slot0 = 0, parity0 ^= 1;
+    }
+  }
+  // No partner writes to this block after its last exchange (each waited for all of them), and
+  // no bulk copy is left in flight: each one issued was for a row this block then waited for.
 }
 
 // Rows too long for registers: pass 1 reduces chunk by chunk, merging the chunks' statistics (and,
@@ -490,6 +600,65 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
                       attr);
 }
 
+// RowKernelSmem's shape: one block of 1024 threads per SM, 2 vectors per thread in a chunk of 32
+// KB, shares of at most 128 KB, a ring of 6 chunks (192 KB: the next row's first two chunks
+// arrive while this row is reduced). Measured on the H100, softmax bf16, GB/s:
+//   4096x131072  2780  (RowKernel's persistent clusters of 8 blocks: 2612)
+//   2048x262144  2757  (RowKernelLong: 775)
+//   16384x32768  2802  (RowKernel: 2772);  8192x65536: 2735 (2766), so not there
+// and rejected: 512 threads x 4 vectors 2768; a ring of 4 (no chunk of the next row ahead) 2781;
+// 256 threads 1584; bulk (TMA) stores from the slots, each waited for before the slot refills,
+// 2656; shares of 64 KB (clusters of 4 blocks, 2 per SM) 2566. Ops with weights lose here
+// (rmsnorm 4096x131072: 2278 vs RowKernelStaged's 2611): with shared memory full there is no L1
+// left to keep the weights, which every row re-reads from L2.
+constexpr int kSmemThreads = 1024, kSmemVPC = 2, kSmemSlots = 6;
+constexpr int64_t kSmemShare = 8192;  // vectors of 16 bytes
+
+// Blocks per row for RowKernelSmem (a cluster of them), or 0 where rows of n vectors are too long.
+inline int SmemClusterSize(int64_t n) {
+  const int64_t c = ceil_div(n, kSmemShare);
+  return c <= kMaxCluster ? static_cast<int>(c) : 0;
+}
+
+// Rows over persistent clusters of c = SmemClusterSize(n) blocks of RowKernelSmem, as many as fit
+// at once (at most one per row).
+template <class Op, typename T, typename W, int V>
+cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
+                               const DeviceProps& props, cudaStream_t stream) {
+  const auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots>;
+  constexpr int kChunk = kSmemThreads * kSmemVPC;
+  constexpr size_t kBytes = size_t{kSmemSlots} * kChunk * 16;
+  // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
+  // where the row does.
+  const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
+  struct Fit {  // per device: the last cluster size asked about and how many of them fit at once
+    int c = 0, clusters = 0;
+  };
+  static Fit fits[kMaxDevices];
+  int dev = 0;
+  XK_CUDA_TRY(CurrentDevice(&dev));
+  Fit& fit = fits[dev];
+  if (fit.c != c) {
+    XK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kBytes)));
+    int clusters = 0;
+    if (c > 1) {
+      const LaunchConfig one(dim3(static_cast<unsigned>(c)), kSmemThreads, stream, c, false,
+                             kBytes);
+      XK_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.cfg));
+    } else {
+      XK_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&clusters, kernel, kSmemThreads,
+                                                                kBytes));
+      clusters *= props.sm_count;
+    }
+    fit = {c, std::max(clusters, 1)};  // benign race: every thread writes the same
+  }
+  const int64_t blocks = std::min<int64_t>(a.rows, fit.clusters) * c;
+  const LaunchConfig lc(dim3(static_cast<unsigned>(blocks)), kSmemThreads, stream, c,
+                        UsePDL(props), kBytes);
+  return cudaLaunchKernelEx(&lc.cfg, kernel, a, attr, share, c);
+}
+
 // Launch with a fixed vector width V: pick the scope and vectors per thread from the row length.
 template <class Op, typename T, typename W, int V>
 cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStream_t stream) {
@@ -515,15 +684,28 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     return Launch<Op, T, W, V, 4, Scope::kBlock>(a, attr, blocks, round_up32(ceil_div<int64_t>(n, 4)),
                                                  props, stream);
   }
-  if (props.cc_major >= 9 && n <= int64_t{kMaxCluster} * kMaxThreads * 4 &&
-      a.rows * kMaxCluster <= kMaxGrid) {
+  if (props.cc_major >= 9 && a.rows * kMaxCluster <= kMaxGrid) {
+    const bool in_registers = n <= int64_t{kMaxCluster} * kMaxThreads * 4;
     // Split the row over a cluster of c blocks of about 256 threads, 4 vectors each.
     const int c = static_cast<int>(std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, 4 * 256)));
     const int threads = round_up32(ceil_div<int64_t>(n, int64_t{c} * 4));
-    if (!early_columns(a.rows * c, props.sm_count)) {
-      return LaunchPersistentClusters<Op, T, W, V>(a, attr, c, threads, props, stream);
+    const bool persistent = !early_columns(a.rows * c, props.sm_count);
+    if constexpr (sizeof(T) * V == 16 && !Op::kFusedAdd) {
+      // Rows in shared memory (RowKernelSmem): those too long for registers, and for ops without
+      // weights, rows over 128 KB in grids of more than a wave.
+      const int cs = SmemClusterSize(n);
+      constexpr bool kColumns = Op::kWeight || Op::kBias;
+      if (cs > 0 && (!in_registers || (!kColumns && persistent && n > kSmemShare))) {
+        return LaunchSmemClusters<Op, T, W, V>(a, attr, cs, props, stream);
+      }
     }
-    return Launch<Op, T, W, V, 4, Scope::kCluster>(a, attr, a.rows * c, threads, props, stream, c);
+    if (in_registers) {
+      if (persistent) {
+        return LaunchPersistentClusters<Op, T, W, V>(a, attr, c, threads, props, stream);
+      }
+      return Launch<Op, T, W, V, 4, Scope::kCluster>(a, attr, a.rows * c, threads, props, stream,
+                                                     c);
+    }
   }
   return LaunchKernel(RowKernelLong<Op, T, W, V, 4>,
                       dim3(static_cast<unsigned>(std::min<int64_t>(a.rows, props.sm_count * 2))),
