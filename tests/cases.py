@@ -76,9 +76,20 @@ def call(op: Op, inputs: dict, attrs: dict):
     """Run the op through xkernels.torch on poisoned outputs; returns its outputs (a tuple)."""
     fn = getattr(xt, op.name)
     if op.in_place:
+        # Given its outputs by keyword, the op writes them (poisoned first) and leaves its inputs
+        # alone; in place, it writes the same bits over them.
+        args = [inputs[x.name] for x in op.inputs]
+        before = [a.clone() for a in args]
+        outs = {o.name: torch.full_like(inputs[op.aliases[o.name]], float("nan"))
+                for o in op.outputs}
+        assert fn(*args, **attrs, **outs) is None
+        assert all(torch.equal(a, b) for a, b in zip(args, before)), "inputs written"
         ins = {k: v.clone() if k in op.aliases.values() else v for k, v in inputs.items()}
-        fn(*[ins[x.name] for x in op.inputs], **attrs)
-        return tuple(ins[op.aliases[o.name]] for o in op.outputs)
+        assert fn(*[ins[x.name] for x in op.inputs], **attrs) is None
+        got = tuple(ins[op.aliases[o.name]] for o in op.outputs)
+        for o, g in zip(op.outputs, got):
+            assert torch.equal(outs[o.name], g), f"{o.name}: out of place != in place"
+        return got
     (o,) = op.outputs
     like = inputs[o.like]
     out = torch.full(o.shape(tuple(like.shape)), float("nan"), dtype=like.dtype, device=like.device)

@@ -234,6 +234,18 @@ def test_numpy_read_only_inputs_and_refused_outputs():
         xn.softmax(x, out=x)
     with pytest.raises(ValueError, match="fused_add_rmsnorm: input is written but is read-only"):
         xn.fused_add_rmsnorm(x, x.copy(), np.ones(16, np.float32))
+    # Given its outputs, the in-place op reads read-only inputs and writes only those outputs.
+    r = x + 1
+    r.flags.writeable = False
+    out, res = np.full_like(x, np.nan), np.full_like(x, np.nan)
+    assert xn.fused_add_rmsnorm(x, r, np.ones(16, np.float32), out=out, residual_out=res) is None
+    np.testing.assert_allclose(res, x + r, rtol=1e-6)
+    np.testing.assert_allclose(out, xn.rmsnorm(res, np.ones(16, np.float32)), rtol=1e-6)
+    with pytest.raises(ValueError, match="fused_add_rmsnorm: residual_out is written but is read-only"):
+        xn.fused_add_rmsnorm(x, r, np.ones(16, np.float32), out=out, residual_out=r)
+    with pytest.raises(TypeError, match="xkernels.numpy.fused_add_rmsnorm: out, residual_out are "
+                       "given together"):
+        xn.fused_add_rmsnorm(x, r, np.ones(16, np.float32), residual_out=res)
 
 
 def test_numpy_errors_name_the_argument():

@@ -25,6 +25,12 @@ def _op_args(name, device="cpu", dtype=torch.float32):
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_opcheck(op):
     torch.library.opcheck(getattr(torch.ops.xkernels, op).default, _op_args(op))
+    if OPS[op].in_place:  # and its destination-passing form
+        args = _op_args(op)
+        outs = [torch.empty_like(args[OPS[op].inputs.index(next(
+            x for x in OPS[op].inputs if x.name == OPS[op].aliases[o.name]))])
+            for o in OPS[op].outputs]
+        torch.library.opcheck(getattr(torch.ops.xkernels, f"{op}_out").default, outs + args)
 
 
 def test_every_op_is_exported_and_adapted():
@@ -52,6 +58,29 @@ def test_in_place_fused_add_rmsnorm():
     assert xt.fused_add_rmsnorm(x, r, w) is None
     assert torch.allclose(r, x0 + r0)
     assert torch.allclose(x, xt.rmsnorm(x0 + r0, w), atol=1e-6)
+
+
+def test_fused_add_rmsnorm_out_of_place():
+    x, r, w = torch.randn(5, 32), torch.randn(5, 32), torch.randn(32)
+    x0, r0 = x.clone(), r.clone()
+    out, res = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    assert xt.fused_add_rmsnorm(x, r, w, out=out, residual_out=res) is None
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+    assert torch.allclose(res, x0 + r0)
+    assert torch.allclose(out, xt.rmsnorm(x0 + r0, w), atol=1e-6)
+    with pytest.raises(TypeError, match="fused_add_rmsnorm: out, residual_out are given together"
+                       ".*missing residual_out"):
+        xt.fused_add_rmsnorm(x, r, w, out=out)
+    with pytest.raises(ValueError, match="residual_out"):
+        xt.fused_add_rmsnorm(x, r, w, out=out, residual_out=res[:, :16])
+
+    def layer(x, r, w, out, res):
+        xt.fused_add_rmsnorm(x, r, w, out=out, residual_out=res)
+        return out * 2
+
+    o2 = torch.empty_like(x)
+    got = torch.compile(layer, fullgraph=True, backend="aot_eager")(x, r, w, o2, torch.empty_like(x))
+    assert torch.equal(got, out * 2) and torch.equal(x, x0)
 
 
 def test_out_is_written_and_returned():

@@ -7,15 +7,18 @@ exported TVM-FFI function directly, skipping the dispatcher: that keeps the per-
 below the native ops'. The kernel runs on torch's current stream (TVM-FFI reads it per call).
 
 Functional ops take an optional ``out=``; in-place ops (``fused_add_rmsnorm``) overwrite their
-inputs and return None, as FlashInfer's do.
+inputs and return None, as FlashInfer's do, or, given all their outputs by keyword
+(``out=, residual_out=``), write those instead and leave the inputs alone.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import jit
-from ..ops import OPS, Op
+from ..ops import OPS, Op, outputs_given
 
 __all__ = sorted(OPS)  # noqa: PLE0605 (generated from the op table)
 
@@ -32,13 +35,18 @@ def _no_grad(name: str):
     )
 
 
-def _schema(op: Op) -> str:
-    args = [f"Tensor(a{i}!) {o.name}" for i, o in enumerate(o for o in op.outputs if o.name not in op.aliases)]
-    mutated = set(op.aliases.values())
+def _schema(op: Op, name: str | None = None, in_place: bool | None = None) -> str:
+    """The custom op's schema: destinations first, then inputs (those it overwrites, in place),
+    then attributes. `name`, `in_place`: the destination-passing form of an in-place op."""
+    in_place = op.in_place if in_place is None else in_place
+    outs = [] if in_place else [o.name for o in op.outputs]
+    args = [f"Tensor(a{i}!) {o}" for i, o in enumerate(outs)]
+    mutated = set(op.aliases.values()) if in_place else set()
     args += [f"Tensor(m{i}!) {x.name}" if x.name in mutated else f"Tensor {x.name}"
              for i, x in enumerate(op.inputs)]
     args += [f"{'float' if a.type is float else 'str'} {a.name}" for a in op.attrs]
-    return f"{op.name}({', '.join(args)}) -> ()"
+    return f"{name or op.name}({', '.join(args)}) -> ()"
+
 
 
 def _ffi_args(op: Op) -> str:
@@ -51,11 +59,28 @@ def _ffi_args(op: Op) -> str:
 def _source(op: Op) -> str:
     ins = [x.name for x in op.inputs]
     attrs = [f"{a.name}={a.default!r}" for a in op.attrs]
-    params = ", ".join(ins + attrs + ([] if op.in_place else ["*", "out=None"]))
+    outs = [o.name for o in op.outputs]
+    params = ", ".join(ins + attrs + ["*"] + [f"{o}=None" for o in outs])
     op_args = ", ".join(([] if op.in_place else ["out"]) + ins + [a.name for a in op.attrs])
     first = ins[0]
     grad = " or ".join(f"{x}.requires_grad" for x in ins)
     lines = [f"def {op.name}({params}):"]
+    if op.in_place:  # given its outputs, the destination-passing form
+        out_args = ", ".join(outs + ins + [a.name for a in op.attrs])
+        ffi = ", ".join(outs + [x.name for x in op.inputs]
+                        + [f"_ENC_{op.name}_{a.name}({a.name})" if a.choices else a.name
+                           for a in op.attrs])
+        given = ", ".join(f"{o!r}: {o}" for o in outs)
+        lines += [
+            f"    if _outputs_given({op.name!r}, {{{given}}}):",
+            f"        if type({first}) is _Tensor and not _is_compiling():",
+            f"            if _grad_enabled() and ({grad}):",
+            f"                _no_grad({op.name!r})",
+            f"            _FN[{op.name!r}]({ffi})",
+            "        else:",
+            f"            _ops.{op.name}_out({out_args})",
+            "        return None",
+        ]
     if not op.in_place:
         (o,) = op.outputs
         if o.shape is OPS["rmsnorm"].outputs[0].shape:
@@ -76,6 +101,12 @@ def _source(op: Op) -> str:
         f"def _impl_{op.name}({op_args}):",
         f"    _FN[{op.name!r}]({_ffi_args(op)})",
     ]
+    if op.in_place:
+        lines += [
+            "",
+            f"def _impl_{op.name}_out({out_args}):",
+            f"    _FN[{op.name!r}]({ffi})",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -94,20 +125,24 @@ def _generate() -> dict:
         "_FN": _FN,
         "_no_grad": _no_grad,
         "_ops": torch.ops.xkernels,
+        "_outputs_given": functools.partial(outputs_given, __name__),
     }
     public = {}
     for op in OPS.values():
-        _lib.define(_schema(op))
+        names = [op.name] + ([f"{op.name}_out"] if op.in_place else [])
+        for name in names:
+            _lib.define(_schema(op, name, in_place=name == op.name and op.in_place))
         public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
-        impl = env[f"_impl_{op.name}"]
-        _lib.impl(op.name, impl, "CPU")
-        _lib.impl(op.name, impl, "CUDA")
-        torch.library.register_fake(f"xkernels::{op.name}", _fake, lib=_lib)
+        for name in names:
+            impl = env[f"_impl_{name}"]
+            _lib.impl(name, impl, "CPU")
+            _lib.impl(name, impl, "CUDA")
+            torch.library.register_fake(f"xkernels::{name}", _fake, lib=_lib)
     return public
 
 
 def _doc(op: Op) -> str:
-    return op.docstring(op.overwrites if op.in_place else
+    return op.docstring(op.overwrites_or("tensors") if op.in_place else
                         "out: optional destination tensor (shape and dtype of the result).")
 
 

@@ -8,12 +8,13 @@ overwrite their inputs and return None, as in ``xkernels.torch``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import jit
-from .ops import OPS, Op
+from .ops import OPS, Op, outputs_given
 
 
 @dataclass
@@ -29,12 +30,23 @@ class Backend:
 
 def _source(op: Op, b: Backend) -> str:
     ins = [x.name for x in op.inputs]
-    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs]
-                       + ([] if op.in_place else ["*", "out=None"]))
+    outs = [o.name for o in op.outputs]
+    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
+                       + [f"{o}=None" for o in outs])
     lines = [f"def {op.name}({params}):"]
     lines += [f"    if type({x}) is not _A: _check({op.name!r}, {x!r}, {x})" for x in ins]
     written = list(dict.fromkeys(op.aliases.values())) if op.in_place else ["out"]
-    if not op.in_place:
+    if op.in_place:  # all its outputs given by keyword: written there instead of in place
+        given = ", ".join(f"{o!r}: {o}" for o in outs)
+        lines += [f"    if _outputs_given({op.name!r}, {{{given}}}):"]
+        lines += [f"        if type({o}) is not _A: _check({op.name!r}, {o!r}, {o})" for o in outs]
+        if b.read_only:
+            lines += [f"        if _read_only({o}): _refuse({op.name!r}, {o!r})" for o in outs]
+        lines += ["    else:"]
+        lines += [f"        {o} = {op.aliases[o]}" for o in outs]
+        if b.read_only:
+            lines += [f"        if _read_only({x}): _refuse({op.name!r}, {x!r})" for x in written]
+    else:
         (o,) = op.outputs
         lines += ["    if out is None:",
                   f"        out = _empty(_OUT_{op.name}({o.like}.shape), {o.like}.dtype, {o.like})",
@@ -42,9 +54,6 @@ def _source(op: Op, b: Backend) -> str:
                   f"        if type(out) is not _A: _check({op.name!r}, 'out', out)"]
         if b.read_only:
             lines.append(f"        if _read_only(out): _refuse({op.name!r}, 'out')")
-    elif b.read_only:
-        lines += [f"    if _read_only({x}): _refuse({op.name!r}, {x!r})" for x in written]
-    outs = [op.aliases.get(o.name, o.name) for o in op.outputs]
     enc = [f"_ENC_{op.name}_{a.name}({a.name})" if a.choices else a.name for a in op.attrs]
     call = f"_FN[{op.name!r}]({', '.join([f'_arg({t})' for t in outs + ins] + enc)})"
     if b.stream:
@@ -56,7 +65,7 @@ def _source(op: Op, b: Backend) -> str:
 
 
 def _doc(op: Op, b: Backend) -> str:
-    return op.docstring(op.overwrites if op.in_place else
+    return op.docstring(op.overwrites_or(f"{b.array_name}s") if op.in_place else
                         f"out: optional destination {b.array_name} (shape and dtype of the result).")
 
 
@@ -72,7 +81,8 @@ def generate(b: Backend) -> dict[str, Callable]:
         raise ValueError(f"{b.module}.{op}: {name} is written but is read-only")
 
     env = {"_A": b.array, "_check": check, "_refuse": refuse, "_empty": b.empty, "_arg": b.arg,
-           "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS}
+           "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS,
+           "_outputs_given": functools.partial(outputs_given, b.module)}
     public = {}
     for op in OPS.values():
         public[op.name] = op.generate(_source(op, b), env, b.module, _doc(op, b))

@@ -498,6 +498,35 @@ def _bind_fn(fn: Callable, names: list[str], mutated: list[str] | None = None):
     return bind
 
 
+def _xkernels_impls(op: str, attrs: dict) -> list[Impl]:
+    """xkernels through xkernels.torch; in-place ops also given their outputs by keyword."""
+    impls = [_xkernels_impl(op, attrs)]
+    spec = OPS[op]
+    if spec.in_place:
+        dest: dict = {}  # one set of destinations for every input set
+
+        def bind(s):
+            import torch
+
+            import xkernels.torch as xt
+
+            fn = getattr(xt, op)
+            args = [s[x.name] for x in spec.inputs]
+            if not dest:
+                dest.update({o.name: torch.empty_like(s[spec.aliases[o.name]])
+                             for o in spec.outputs})
+            outs = tuple(dest.values())
+
+            def call():
+                fn(*args, **attrs, **dest)
+                return outs
+            return call
+
+        impls.append(Impl("xkernels out=", bind, "out of place, into one set of destinations for "
+                          "every input set, as a caching allocator hands back (compare liger)"))
+    return impls
+
+
 def _xkernels_impl(op: str, attrs: dict) -> Impl:
     spec = OPS[op]
 
@@ -641,7 +670,8 @@ def _liger_impls(op: str, attrs: dict, lk: Any) -> list[Impl]:
             lambda x, r, w: tuple(lk.LigerFusedAddRMSNormFunction.apply(x, r, w, eps)),
             ["input", "residual", "weight"]),
             "returns new (out, residual): allocated inside the graph, they may reuse the same "
-            "addresses every call and stay in L2 (xkernels writes in place into the rotating sets)")]
+            "addresses every call and stay in L2 (xkernels in place writes into the rotating "
+            "sets; xkernels out= into one set)")]
     if op == "layernorm":
         return [Impl("liger", _bind_fn(
             lambda x, w, b: lk.LigerLayerNormFunction.apply(x, w, b, eps),
@@ -722,7 +752,7 @@ def load_peer(name: str) -> Any:
 
 
 def impls_for(op: str, attrs: dict, shape: tuple[int, ...], ctx: Context) -> list[Impl]:
-    out = [_xkernels_impl(op, attrs)] if "xkernels" in ctx.groups else []
+    out = _xkernels_impls(op, attrs) if "xkernels" in ctx.groups else []
     if "torch" in ctx.groups:
         out += _torch_impls(op, attrs, compiled=False)
     if "torch.compile" in ctx.groups:

@@ -88,6 +88,12 @@ class Op:
         return ("Overwrites " + ", ".join(f"{v} with {k}" for k, v in self.aliases.items())
                 + "; returns None.")
 
+    def overwrites_or(self, what: str) -> str:
+        """The docstring line of an in-place op that also takes its outputs by keyword."""
+        outs = ", ".join(f"{k}=" for k in self.aliases)
+        return (self.overwrites + f" Given {outs} (destination {what}, all of them), writes "
+                "those instead and leaves the inputs unchanged.")
+
     def codegen_env(self) -> dict[str, Any]:
         """Names the adapters' generated code of this op refers to: `_ENC_<op>_<attr>`, the
         encoder of each attribute with choices, and `_OUT_<op>`, the shape rule of the output of
@@ -115,6 +121,16 @@ class Op:
         from . import reference
 
         return getattr(reference, self.name)
+
+
+def outputs_given(module: str, op: str, given: dict[str, Any]) -> bool:
+    """Whether an in-place op's call gave its outputs (`given`: name -> value or None) by keyword
+    to write there instead: all of them, or none (then False)."""
+    missing = [k for k, v in given.items() if v is None]
+    if missing and len(missing) < len(given):
+        raise TypeError(f"{module}.{op}: {', '.join(given)} are given together (to write the "
+                        f"results there instead of in place); missing {', '.join(missing)}")
+    return not missing
 
 
 _EPS = Attr("eps", float, 1e-6, doc="added to the mean square (variance) before the square root")
