@@ -72,6 +72,15 @@ def reference(op: Op, inputs: dict, attrs: dict):
     return ref if isinstance(ref, tuple) else (ref,)
 
 
+def copy_layout(t: torch.Tensor, fill: float | None = None) -> torch.Tensor:
+    """A copy of `t` (or a tensor of `fill`) at the same strides and storage offset, so with the
+    same alignment of its data pointer: an op given it takes the same kernel path."""
+    buf = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype,
+                      device=t.device)
+    c = buf.as_strided(t.shape, t.stride(), t.storage_offset())
+    return c.copy_(t) if fill is None else c.fill_(fill)
+
+
 def call(op: Op, inputs: dict, attrs: dict):
     """Run the op through xkernels.torch on poisoned outputs; returns its outputs (a tuple)."""
     fn = getattr(xt, op.name)
@@ -80,11 +89,11 @@ def call(op: Op, inputs: dict, attrs: dict):
         # alone; in place, it writes the same bits over them.
         args = [inputs[x.name] for x in op.inputs]
         before = [a.clone() for a in args]
-        outs = {o.name: torch.full_like(inputs[op.aliases[o.name]], float("nan"))
+        outs = {o.name: copy_layout(inputs[op.aliases[o.name]], float("nan"))
                 for o in op.outputs}
         assert fn(*args, **attrs, **outs) is None
         assert all(torch.equal(a, b) for a, b in zip(args, before)), "inputs written"
-        ins = {k: v.clone() if k in op.aliases.values() else v for k, v in inputs.items()}
+        ins = {k: copy_layout(v) if k in op.aliases.values() else v for k, v in inputs.items()}
         assert fn(*[ins[x.name] for x in op.inputs], **attrs) is None
         got = tuple(ins[op.aliases[o.name]] for o in op.outputs)
         for o, g in zip(op.outputs, got):

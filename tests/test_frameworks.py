@@ -20,7 +20,7 @@ import pytest
 import torch
 import xkernels.numpy as xn
 import xkernels.torch as xt
-from cases import ATTRS, DTYPES, assert_close, call, make_inputs, reference
+from cases import ATTRS, DTYPES, assert_close, call, copy_layout, make_inputs, reference
 from conftest import HAS_CUPY, HAS_JAX, gpu, needs_cupy, needs_jax, needs_jax_gpu
 from xkernels.ops import OPS
 
@@ -115,8 +115,8 @@ def run(fw: str, op, inputs: dict, attrs: dict, device: str) -> tuple[torch.Tens
         return tuple(np_to_torch(np.asarray(r)) for r in res)
     view = to_numpy if fw == "numpy" else to_cupy
     mod = xn if fw == "numpy" else pytest.importorskip("xkernels.cupy")
-    if op.in_place:  # the torch tensors the framework overwrites
-        ins = {k: v.clone() if k in op.aliases.values() else v for k, v in inputs.items()}
+    if op.in_place:  # the torch tensors the framework overwrites (laid out as the inputs)
+        ins = {k: copy_layout(v) if k in op.aliases.values() else v for k, v in inputs.items()}
         assert getattr(mod, op.name)(*[view(ins[n]) for n in names], **attrs) is None
         got = tuple(ins[op.aliases[o.name]] for o in op.outputs)
     else:

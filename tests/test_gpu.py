@@ -119,10 +119,11 @@ def test_side_stream_ordering():
     assert torch.equal(y, xt.rmsnorm(src, w))
 
 
-@pytest.mark.parametrize("cols", [20000, 131072, 140000])
+@pytest.mark.parametrize("cols", [20000, 32768, 131072, 140000])
 def test_persistent_cluster_rows(cols):
     """Rows split over clusters, more rows than twice the clusters that fit: each cluster takes
-    many rows, and its exchange buffers and mbarrier phases cycle."""
+    many rows, and its exchange buffers and mbarrier phases cycle. Softmax rows of 32768 take
+    one block each, 131072 two, 140000 three (uneven shares), all in shared memory."""
     g = torch.Generator().manual_seed(cols)
     rows = 1500 if cols == 20000 else 600
     x = torch.randn(rows, cols, generator=g).to("cuda", torch.bfloat16)

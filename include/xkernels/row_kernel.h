@@ -10,7 +10,8 @@
 //            shared memory: rows up to 8 * 512 * 4 vectors (131072 bf16) stay in registers;
 //            clusters are persistent (each takes many rows) once the grid exceeds a wave
 // RowKernelSmem holds rows in shared memory instead, over clusters of up to 8 blocks of 128 KB
-// (rows up to 1 MB): rows past the registers' reach, and the long rows of ops without weights.
+// (rows up to 1 MB): rows past the registers' reach, and for ops without weights, rows of 64 KB
+// or more in grids past a wave.
 // Rows longer than that, or not in 16-byte vectors, take RowKernelLong: two passes over memory,
 // one block per row.
 //
@@ -601,22 +602,25 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
 }
 
 // RowKernelSmem's shape: one block of 1024 threads per SM, 2 vectors per thread in a chunk of 32
-// KB, shares of at most 128 KB, a ring of 6 chunks (192 KB: the next row's first two chunks
-// arrive while this row is reduced). Measured on the H100, softmax bf16, GB/s:
-//   4096x131072  2780  (RowKernel's persistent clusters of 8 blocks: 2612)
-//   2048x262144  2757  (RowKernelLong: 775)
-//   16384x32768  2802  (RowKernel: 2772);  8192x65536: 2735 (2766), so not there
-// and rejected: 512 threads x 4 vectors 2768; a ring of 4 (no chunk of the next row ahead) 2781;
-// 256 threads 1584; bulk (TMA) stores from the slots, each waited for before the slot refills,
-// 2656; shares of 64 KB (clusters of 4 blocks, 2 per SM) 2566. Ops with weights lose here
-// (rmsnorm 4096x131072: 2278 vs RowKernelStaged's 2611): with shared memory full there is no L1
-// left to keep the weights, which every row re-reads from L2.
+// KB, a ring of 6 chunks (192 KB); shares of at most 64 KB where one or two blocks hold the row
+// (the ring holds three rows' shares, so two are arriving while one is reduced), else of at most
+// 128 KB. Measured on the H100, softmax bf16, GB/s:
+//   4096x131072  2780-2826  (RowKernel's persistent clusters of 8 blocks: 2612)
+//   2048x262144  2757-2771  (RowKernelLong: 775)
+//   16384x32768  2928  (RowKernel: 2783);  8192x65536: 2795 (2770)
+// and rejected: shares of 64 KB for 256 KB rows (clusters of 4) 2532; 512 threads x 4 vectors
+// 2768; 16 KB chunks 2700; a ring of 4 or 7 chunks 2602, 2595; 256 threads 1584; bulk (TMA)
+// stores from the slots, each waited for before the slot refills, 2656; 2 blocks per SM of 64
+// KB shares 2566. Ops with weights lose here (rmsnorm 4096x131072: 2278 vs RowKernelStaged's
+// 2611): with shared memory full there is no L1 left to keep the weights, which every row
+// re-reads from L2.
 constexpr int kSmemThreads = 1024, kSmemVPC = 2, kSmemSlots = 6;
-constexpr int64_t kSmemShare = 8192;  // vectors of 16 bytes
+constexpr int64_t kSmemShare = 8192, kSmemSmallShare = 4096;  // vectors of 16 bytes
 
 // Blocks per row for RowKernelSmem (a cluster of them), or 0 where rows of n vectors are too long.
 inline int SmemClusterSize(int64_t n) {
-  const int64_t c = ceil_div(n, kSmemShare);
+  int64_t c = ceil_div(n, kSmemSmallShare);
+  if (c > 2) c = ceil_div(n, kSmemShare);
   return c <= kMaxCluster ? static_cast<int>(c) : 0;
 }
 
@@ -692,10 +696,11 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     const bool persistent = !early_columns(a.rows * c, props.sm_count);
     if constexpr (sizeof(T) * V == 16 && !Op::kFusedAdd) {
       // Rows in shared memory (RowKernelSmem): those too long for registers, and for ops without
-      // weights, rows over 128 KB in grids of more than a wave.
+      // weights, rows of 64 KB or more in grids of more than a wave (shorter rows lost: 16384x20000
+      // 2641 -> 1968 GB/s, 32768x16392 2606 -> 1627, with a block's fixed costs per row).
       const int cs = SmemClusterSize(n);
       constexpr bool kColumns = Op::kWeight || Op::kBias;
-      if (cs > 0 && (!in_registers || (!kColumns && persistent && n > kSmemShare))) {
+      if (cs > 0 && (!in_registers || (!kColumns && persistent && n >= kSmemSmallShare))) {
         return LaunchSmemClusters<Op, T, W, V>(a, attr, cs, props, stream);
       }
     }

@@ -26,7 +26,7 @@ struct SoftmaxOp {
   static constexpr bool kWeight = false, kBias = false, kFusedAdd = false, kShift = false;
   // Staged persistent clusters measured slower for softmax (4096x131072 bf16: 2259 vs 2620
   // GB/s; ptxas spilled 12 bytes at the 64-register cap), faster for the norms. Without weights,
-  // its long rows take RowKernelSmem (2780 there).
+  // its rows of 64 KB or more take RowKernelSmem (2780-2826 there).
   static constexpr bool kNoL1 = false, kStaged = false;
   // Pairwise: two ex2 per merge, branch-free (measured on the H100 against a one-ex2 merge that
   // picks the larger max with selects: 32768x8192 bf16 2759 vs 2588 GB/s). Across lanes
