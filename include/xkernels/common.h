@@ -45,6 +45,7 @@ inline cudaError_t CurrentDevice(int* dev) {
 struct DeviceProps {
   int sm_count = 0;
   int cc_major = 0;
+  int smem_optin = 0;  // shared memory a block may opt in to, in bytes
 };
 
 inline cudaError_t GetDeviceProps(DeviceProps* out) {
@@ -54,6 +55,8 @@ inline cudaError_t GetDeviceProps(DeviceProps* out) {
   DeviceProps& p = cache[dev];
   if (p.sm_count == 0) {  // benign race: every thread writes the same values
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    XK_CUDA_TRY(cudaDeviceGetAttribute(&p.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                       dev));
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.sm_count, cudaDevAttrMultiProcessorCount, dev));
   }
   *out = p;

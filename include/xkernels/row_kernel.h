@@ -616,22 +616,24 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
 // re-reads from L2.
 constexpr int kSmemThreads = 1024, kSmemVPC = 2, kSmemSlots = 6;
 constexpr int64_t kSmemShare = 8192, kSmemSmallShare = 4096;  // vectors of 16 bytes
+constexpr size_t kSmemBytes = size_t{kSmemSlots} * kSmemThreads * kSmemVPC * 16;  // the ring
 
-// Blocks per row for RowKernelSmem (a cluster of them), or 0 where rows of n vectors are too long.
-inline int SmemClusterSize(int64_t n) {
+// Blocks per row for RowKernelSmem (a cluster of them), or 0 where rows of n vectors are too long
+// or the device's blocks cannot have the ring (its static shared memory is under 2 KB).
+inline int SmemClusterSize(int64_t n, const DeviceProps& props) {
+  if (static_cast<size_t>(props.smem_optin) < kSmemBytes + 2048) return 0;
   int64_t c = ceil_div(n, kSmemSmallShare);
   if (c > 2) c = ceil_div(n, kSmemShare);
   return c <= kMaxCluster ? static_cast<int>(c) : 0;
 }
 
-// Rows over persistent clusters of c = SmemClusterSize(n) blocks of RowKernelSmem, as many as fit
-// at once (at most one per row).
+// Rows over persistent clusters of c = SmemClusterSize(n, props) blocks of RowKernelSmem, as many
+// as fit at once (at most one per row).
 template <class Op, typename T, typename W, int V>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                const DeviceProps& props, cudaStream_t stream) {
   const auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots>;
-  constexpr int kChunk = kSmemThreads * kSmemVPC;
-  constexpr size_t kBytes = size_t{kSmemSlots} * kChunk * 16;
+  constexpr size_t kBytes = kSmemBytes;
   // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
   // where the row does.
   const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
@@ -698,7 +700,7 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
       // Rows in shared memory (RowKernelSmem): those too long for registers, and for ops without
       // weights, rows of 64 KB or more in grids of more than a wave (shorter rows lost: 16384x20000
       // 2641 -> 1968 GB/s, 32768x16392 2606 -> 1627, with a block's fixed costs per row).
-      const int cs = SmemClusterSize(n);
+      const int cs = SmemClusterSize(n, props);
       constexpr bool kColumns = Op::kWeight || Op::kBias;
       if (cs > 0 && (!in_registers || (!kColumns && persistent && n >= kSmemSmallShare))) {
         return LaunchSmemClusters<Op, T, W, V>(a, attr, cs, props, stream);
