@@ -35,25 +35,25 @@ def _no_grad(name: str):
     )
 
 
-def _schema(op: Op, name: str | None = None, in_place: bool | None = None) -> str:
+def _schema(op: Op, out_form: bool = False) -> str:
     """The custom op's schema: destinations first, then inputs (those it overwrites, in place),
-    then attributes. `name`, `in_place`: the destination-passing form of an in-place op."""
-    in_place = op.in_place if in_place is None else in_place
+    then attributes. `out_form`: an in-place op's destination-passing form, `<name>_out`."""
+    in_place = op.in_place and not out_form
     outs = [] if in_place else [o.name for o in op.outputs]
     args = [f"Tensor(a{i}!) {o}" for i, o in enumerate(outs)]
     mutated = set(op.aliases.values()) if in_place else set()
     args += [f"Tensor(m{i}!) {x.name}" if x.name in mutated else f"Tensor {x.name}"
              for i, x in enumerate(op.inputs)]
     args += [f"{'float' if a.type is float else 'str'} {a.name}" for a in op.attrs]
-    return f"{name or op.name}({', '.join(args)}) -> ()"
+    return f"{op.name}{'_out' if out_form else ''}({', '.join(args)}) -> ()"
 
 
-
-def _ffi_args(op: Op) -> str:
-    """The exported function's arguments, in terms of the torch op's parameters."""
-    outs = [op.aliases.get(o.name, o.name) for o in op.outputs]
-    attrs = [f"_ENC_{op.name}_{a.name}({a.name})" if a.choices else a.name for a in op.attrs]
-    return ", ".join(outs + [x.name for x in op.inputs] + attrs)
+def _ffi_args(op: Op, outs: list[str] | None = None) -> str:
+    """The exported function's arguments, in terms of the torch op's parameters (`outs`: the
+    destinations, by default the outputs or, in place, the inputs they overwrite)."""
+    if outs is None:
+        outs = [op.aliases.get(o.name, o.name) for o in op.outputs]
+    return ", ".join(outs + [x.name for x in op.inputs] + op.ffi_attrs())
 
 
 def _source(op: Op) -> str:
@@ -67,9 +67,7 @@ def _source(op: Op) -> str:
     lines = [f"def {op.name}({params}):"]
     if op.in_place:  # given its outputs, the destination-passing form
         out_args = ", ".join(outs + ins + [a.name for a in op.attrs])
-        ffi = ", ".join(outs + [x.name for x in op.inputs]
-                        + [f"_ENC_{op.name}_{a.name}({a.name})" if a.choices else a.name
-                           for a in op.attrs])
+        ffi = _ffi_args(op, outs)
         given = ", ".join(f"{o!r}: {o}" for o in outs)
         lines += [
             f"    if _outputs_given({op.name!r}, {{{given}}}):",
@@ -130,8 +128,9 @@ def _generate() -> dict:
     public = {}
     for op in OPS.values():
         names = [op.name] + ([f"{op.name}_out"] if op.in_place else [])
-        for name in names:
-            _lib.define(_schema(op, name, in_place=name == op.name and op.in_place))
+        _lib.define(_schema(op))
+        if op.in_place:
+            _lib.define(_schema(op, out_form=True))
         public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
         for name in names:
             impl = env[f"_impl_{name}"]

@@ -90,7 +90,8 @@ inline bool UsePDL(const DeviceProps& props) {
 }
 
 // A launch configuration: `grid` x `block` on `stream`, as clusters of `cluster` blocks along x
-// when cluster > 1 (sm_90+), with PDL when `pdl`, and `smem_bytes` of dynamic shared memory. Not copyable: `cfg` points into it.
+// when cluster > 1 (sm_90+), with PDL when `pdl`, and `smem_bytes` of dynamic shared memory.
+// Not copyable: `cfg` points into it.
 struct LaunchConfig {
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attrs[2];

@@ -633,7 +633,6 @@ template <class Op, typename T, typename W, int V>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                const DeviceProps& props, cudaStream_t stream) {
   const auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots>;
-  constexpr size_t kBytes = kSmemBytes;
   // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
   // where the row does.
   const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
@@ -646,22 +645,22 @@ cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& 
   Fit& fit = fits[dev];
   if (fit.c != c) {
     XK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kBytes)));
+                                     static_cast<int>(kSmemBytes)));
     int clusters = 0;
     if (c > 1) {
       const LaunchConfig one(dim3(static_cast<unsigned>(c)), kSmemThreads, stream, c, false,
-                             kBytes);
+                             kSmemBytes);
       XK_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.cfg));
     } else {
       XK_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&clusters, kernel, kSmemThreads,
-                                                                kBytes));
+                                                                kSmemBytes));
       clusters *= props.sm_count;
     }
     fit = {c, std::max(clusters, 1)};  // benign race: every thread writes the same
   }
   const int64_t blocks = std::min<int64_t>(a.rows, fit.clusters) * c;
   const LaunchConfig lc(dim3(static_cast<unsigned>(blocks)), kSmemThreads, stream, c,
-                        UsePDL(props), kBytes);
+                        UsePDL(props), kSmemBytes);
   return cudaLaunchKernelEx(&lc.cfg, kernel, a, attr, share, c);
 }
 

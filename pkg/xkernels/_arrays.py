@@ -54,8 +54,7 @@ def _source(op: Op, b: Backend) -> str:
                   f"        if type(out) is not _A: _check({op.name!r}, 'out', out)"]
         if b.read_only:
             lines.append(f"        if _read_only(out): _refuse({op.name!r}, 'out')")
-    enc = [f"_ENC_{op.name}_{a.name}({a.name})" if a.choices else a.name for a in op.attrs]
-    call = f"_FN[{op.name!r}]({', '.join([f'_arg({t})' for t in outs + ins] + enc)})"
+    call = f"_FN[{op.name!r}]({', '.join([f'_arg({t})' for t in outs + ins] + op.ffi_attrs())})"
     if b.stream:
         lines += [f"    with _stream({ins[0]}):", f"        {call}"]
     else:

@@ -104,6 +104,11 @@ class Op:
             env[f"_OUT_{self.name}"] = self.outputs[0].shape
         return env
 
+    def ffi_attrs(self) -> list[str]:
+        """The attributes as the exported function takes them, in generated code whose
+        parameters are named as the attributes (those with choices go through their encoder)."""
+        return [f"_ENC_{self.name}_{a.name}({a.name})" if a.choices else a.name for a in self.attrs]
+
     def generate(self, source: str, env: dict[str, Any], module: str,
                  doc: str) -> Callable[..., Any]:
         """Run an adapter's generated `source` for this op in `env` (codegen_env added to it) and
