@@ -78,11 +78,18 @@ def test_cases_and_shapes():
 
 def test_rotation_and_check_rows():
     l2 = 50 << 20
-    assert bench.n_sets(bench.bytes_moved("rmsnorm", (1, 4096), 2), l2) == bench.MAX_SETS
-    assert bench.n_sets(bench.bytes_moved("rmsnorm", (32768, 8192), 2), l2) == 1
-    assert bench.n_sets(bench.bytes_moved("rmsnorm", (8192, 4096), 2), l2) == 2
-    n = bench.n_sets(bench.bytes_moved("rmsnorm", (128, 4096), 2), l2)
-    assert n * bench.bytes_moved("rmsnorm", (128, 4096), 2) >= 3 * l2
+    assert bench.input_bytes("rmsnorm", (8192, 4096), 2) == 8192 * 4096 * 2  # not the weight
+    assert bench.input_bytes("fused_add_rmsnorm", (8192, 4096), 2) == 2 * 8192 * 4096 * 2
+    assert bench.input_bytes("mul_add", (1 << 28,), 2) == 3 << 29
+    assert bench.n_sets(bench.input_bytes("rmsnorm", (1, 4096), 2), l2) == bench.MAX_SETS
+    assert bench.n_sets(bench.input_bytes("rmsnorm", (32768, 8192), 2), l2) == 1
+    # 64 MiB of input per set: 3 sets; 128 MiB (x and residual): 2, where the bytes moved
+    # per call (256 MiB) would have let one set pass
+    assert bench.n_sets(bench.input_bytes("rmsnorm", (8192, 4096), 2), l2) == 3
+    assert bench.n_sets(bench.input_bytes("fused_add_rmsnorm", (8192, 4096), 2), l2) == 2
+    for op in ("rmsnorm", "fused_add_rmsnorm", "layernorm"):
+        one = bench.input_bytes(op, (128, 4096), 2)
+        assert bench.n_sets(one, l2) * one >= 3 * l2
     assert bench.check_index(1) == [0]
     assert bench.check_index(40) == [*range(16), *range(24, 40)]
     assert bench.check_index(20) == list(range(20))
