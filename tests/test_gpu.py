@@ -27,6 +27,8 @@ SHAPES = [
     ((1000, 128), "contiguous"),
     ((37, 4096), "contiguous"),
     ((65, 8192), "contiguous"),
+    ((600, 4096), "contiguous"),  # blocks past a wave (layernorm: 4 vectors per thread, via L1)
+    ((300, 6000), "contiguous"),  # the same, 750 vectors over 192 threads x 4
     ((2, 4097), "contiguous"),
     ((2, 16385), "contiguous"),
     ((5, 20000), "contiguous"),
