@@ -688,6 +688,11 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // calls, inputs rotating over 3x the L2):
     //   8192x4096   47.8-48.0 -> 46.9-47.0  (4 per thread without L1: 47.5; 2 with L1: 56.4)
     //   32768x8192  360.4-361.0 -> 358.8-359.8  (2 with L1: 436-441)
+    // Rejected there: persistent blocks fed by a ring of 2-4 rows in shared memory through bulk
+    // copies (TMA), weights in registers: rmsnorm 8192x4096 46.4 -> 50.5-51.8 us, layernorm 47.8
+    // -> 52.1-56.4, fused_add_rmsnorm 91.7 -> 97.2-99.3, 32768x8192 5-15% slower too; for the
+    // fused op, 512 threads x 1 vector (FlashInfer's shape) 92.3, 6 blocks of 256 per SM at 40
+    // registers 96.8, PDL's trigger at the end of the kernel 92.1.
     if (n >= 512 && n <= 2 * kMaxThreads && !early_columns(blocks, props.sm_count)) {
       return LaunchKernel(RowKernel<Op, T, W, V, 4, Scope::kBlock, false, true>,
                           dim3(static_cast<unsigned>(blocks)), round_up32(ceil_div<int64_t>(n, 4)),
