@@ -572,6 +572,27 @@ constexpr auto PersistentClusterKernel() {
   }
 }
 
+// How many blocks or clusters of kKernel fit on the device at once for a launch shape `key`, as
+// ask(&fit) tells (the driver's occupancy calculator): asked once per device and shape, then
+// cached (launchers are hot), one entry per device holding the last shape asked about. At least 1.
+template <auto kKernel, class Ask>
+cudaError_t CachedFit(int key, int* fit, Ask ask) {
+  struct Entry {
+    int key = -1, fit = 0;
+  };
+  static Entry entries[kMaxDevices];
+  int dev = 0;
+  XK_CUDA_TRY(CurrentDevice(&dev));
+  Entry& e = entries[dev];
+  if (e.key != key) {
+    int n = 0;
+    XK_CUDA_TRY(ask(&n));
+    e = {key, std::max(n, 1)};  // benign race: every thread writes the same
+  }
+  *fit = e.fit;
+  return cudaSuccess;
+}
+
 // Rows split over clusters of c blocks of `threads`, for grids larger than a wave: persistent,
 // twice as many clusters as fit on the device at once (at most one per row), each taking every
 // step-th row, so that the exchange's setup (one cluster barrier) is paid once per cluster, not
@@ -581,22 +602,14 @@ constexpr auto PersistentClusterKernel() {
 template <class Op, typename T, typename W, int V>
 cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                      int threads, const DeviceProps& props, cudaStream_t stream) {
-  const auto kernel = PersistentClusterKernel<Op, T, W, V>();
-  // Per device: the last shape asked about and how many of its clusters fit at once.
-  struct Fit {
-    int c = 0, threads = 0, clusters = 0;
-  };
-  static Fit fits[kMaxDevices];
-  int dev = 0;
-  XK_CUDA_TRY(CurrentDevice(&dev));
-  Fit& fit = fits[dev];
-  if (fit.c != c || fit.threads != threads) {
+  constexpr auto kernel = PersistentClusterKernel<Op, T, W, V>();
+  int clusters = 0;
+  const int shape = c * (kMaxThreads + 1) + threads;  // (c, threads), threads <= kMaxThreads
+  XK_CUDA_TRY(CachedFit<kernel>(shape, &clusters, [&](int* fit) {
     const LaunchConfig one(dim3(static_cast<unsigned>(c)), threads, stream, c, false);
-    int clusters = 0;
-    XK_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.cfg));
-    fit = {c, threads, std::max(clusters, 1)};  // benign race: every thread writes the same
-  }
-  const int64_t blocks = std::min<int64_t>(a.rows, 2 * int64_t{fit.clusters}) * c;
+    return cudaOccupancyMaxActiveClusters(fit, kernel, &one.cfg);
+  }));
+  const int64_t blocks = std::min<int64_t>(a.rows, 2 * int64_t{clusters}) * c;
   return LaunchKernel(kernel, dim3(static_cast<unsigned>(blocks)), threads, stream, props, c, a,
                       attr);
 }
@@ -632,33 +645,25 @@ inline int SmemClusterSize(int64_t n, const DeviceProps& props) {
 template <class Op, typename T, typename W, int V>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                const DeviceProps& props, cudaStream_t stream) {
-  const auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots>;
+  constexpr auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots>;
   // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
   // where the row does.
   const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
-  struct Fit {  // per device: the last cluster size asked about and how many of them fit at once
-    int c = 0, clusters = 0;
-  };
-  static Fit fits[kMaxDevices];
-  int dev = 0;
-  XK_CUDA_TRY(CurrentDevice(&dev));
-  Fit& fit = fits[dev];
-  if (fit.c != c) {
+  int clusters = 0;
+  XK_CUDA_TRY(CachedFit<kernel>(c, &clusters, [&](int* fit) {
     XK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmemBytes)));
-    int clusters = 0;
     if (c > 1) {
       const LaunchConfig one(dim3(static_cast<unsigned>(c)), kSmemThreads, stream, c, false,
                              kSmemBytes);
-      XK_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.cfg));
-    } else {
-      XK_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&clusters, kernel, kSmemThreads,
-                                                                kSmemBytes));
-      clusters *= props.sm_count;
+      return cudaOccupancyMaxActiveClusters(fit, kernel, &one.cfg);
     }
-    fit = {c, std::max(clusters, 1)};  // benign race: every thread writes the same
-  }
-  const int64_t blocks = std::min<int64_t>(a.rows, fit.clusters) * c;
+    XK_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(fit, kernel, kSmemThreads,
+                                                              kSmemBytes));
+    *fit *= props.sm_count;
+    return cudaSuccess;
+  }));
+  const int64_t blocks = std::min<int64_t>(a.rows, clusters) * c;
   const LaunchConfig lc(dim3(static_cast<unsigned>(blocks)), kSmemThreads, stream, c,
                         UsePDL(props), kSmemBytes);
   return cudaLaunchKernelEx(&lc.cfg, kernel, a, attr, share, c);
