@@ -27,8 +27,10 @@ SHAPES = [
     ((1000, 128), "contiguous"),
     ((37, 4096), "contiguous"),
     ((65, 8192), "contiguous"),
-    ((600, 4096), "contiguous"),  # blocks past a wave (layernorm: 4 vectors per thread, via L1)
-    ((300, 6000), "contiguous"),  # the same, 750 vectors over 192 threads x 4
+    ((600, 4096), "contiguous"),  # blocks past a wave: RowKernelFlat, 128 (fp32: 256) x 4
+    ((400, 3200), "contiguous"),  # the same, the last vectors past the row (400 and 800)
+    ((300, 7000), "contiguous"),  # 256 x 4 over 875 vectors (fp32: 1750, RowKernel)
+    ((300, 6000), "contiguous"),  # layernorm: 750 vectors over 192 threads x 4, via L1
     ((2, 4097), "contiguous"),
     ((2, 16385), "contiguous"),
     ((5, 20000), "contiguous"),

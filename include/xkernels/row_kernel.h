@@ -292,6 +292,45 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
   // No partner writes to this block after its last exchange: each waited for all of them.
 }
 
+// One block of kThreads per row, VPT 16-byte vectors per thread at compile-time distances, rows
+// of more than (VPT - 1) * kThreads vectors (only a thread's last vector may fall past the row),
+// in grids past early_columns: RowKernel's runtime strides, persistent loop and per-vector bounds
+// cost registers, hence rows in flight per SM (bf16 fused_add_rmsnorm, 2 vectors x 256 threads:
+// 56 registers, 4 rows per SM; here 4 x 128 threads: 56 registers, 9 rows; layernorm 4 x 256:
+// 71 -> 48 registers, 3 -> 5 rows). Rows load through L1. Measured: see LaunchRowsV.
+template <class Op, typename T, typename W, int kThreads, int VPT>
+__global__ void __launch_bounds__(kThreads)
+    RowKernelFlat(const RowArgs<T, W> a, const typename Op::Attr attr) {
+  constexpr int V = static_cast<int>(16 / sizeof(T));
+  __shared__ uint4 smem[32];
+  const int n = a.cols / V;
+  const int64_t row = blockIdx.x;
+  pdl_wait();
+  pdl_release();
+  const T* px = a.in + a.in_rs.offset(row);
+  const T* pr = Op::kFusedAdd ? a.res + a.res_rs.offset(row) : nullptr;
+  Vec<T, V> x[VPT], r[VPT];
+  bool ok[VPT];
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+    ok[j] = j + 1 < VPT || i < n;
+    if (ok[j]) {
+      x[j].load(px + i * V);
+      if constexpr (Op::kFusedAdd) r[j].load(pr + i * V);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) x[j][k] = from_float<T>(0.f);
+    }
+  }
+  const float shift = row_shift<Op>(a, row, true);
+  add_residual<Op, T, W, V, VPT>(a, row, true, threadIdx.x, kThreads, x, r, ok);
+  const typename Op::Stats s =
+      row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, a.cols);
+  Columns<Op, T, W, V, VPT, false> cols;
+  store_row(a, row, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
+}
+
 // Persistent cluster rows, staged: while a block works on one row, its share of the next row is
 // already on its way into shared memory (one bulk copy, issued by one thread, counted on an
 // mbarrier), so each block keeps a load in flight through its reductions, exchange and stores.
@@ -686,6 +725,27 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
                : Launch<Op, T, W, V, 4, Scope::kGroup>(a, attr, blocks, kThreads, props, stream);
   }
   const int64_t blocks = std::min(a.rows, kMaxGrid);
+  if constexpr (sizeof(T) * V == 16) {
+    // Grids past early_columns, rows of 385-512 vectors, and for fused-add ops and layernorm
+    // (which RowKernel cannot fit in 4 blocks of 512 threads), of 769-1024: RowKernelFlat, 4
+    // vectors per thread. Measured on the H100, bf16, us, against RowKernel (A/B harness, CUDA
+    // graphs, inputs rotating over 3x the L2):
+    //   8192x4096   rmsnorm 46.33 -> 46.05, layernorm 46.56 -> 45.96, softmax 46.48 -> 46.29,
+    //               fused_add_rmsnorm 91.77 -> 90.88
+    //   600x4096    rmsnorm 5.62 -> 5.33, layernorm 6.08 -> 5.46, softmax 6.09 -> 5.44,
+    //               fused_add_rmsnorm 9.01 -> 9.05
+    //   32768x8192  layernorm 358.5 -> 356.5, fused_add_rmsnorm 720.4 -> 716.2; but rmsnorm
+    //               355.7 -> 356.5 and softmax 360.5 -> 386.8, which keep RowKernel there.
+    if (!early_columns(blocks, props.sm_count)) {
+      const dim3 grid(static_cast<unsigned>(blocks));
+      if (n > 384 && n <= 512) {
+        return LaunchKernel(RowKernelFlat<Op, T, W, 128, 4>, grid, 128, stream, props, 1, a, attr);
+      }
+      if ((Op::kFusedAdd || Op::kBias) && n > 768 && n <= 1024) {
+        return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a, attr);
+      }
+    }
+  }
   if constexpr (Op::kNoL1 && sizeof(T) * V == 16) {
     // Ops with kNoL1, rows of 512-1024 vectors in grids past early_columns: 4 vectors per thread
     // (blocks of 128-256 threads), rows loaded through L1 after all. Measured on the H100, bf16
