@@ -82,10 +82,10 @@ def _source(op: Op) -> str:
     if not op.in_place:
         (o,) = op.outputs
         if o.shape is OPS["rmsnorm"].outputs[0].shape:
-            # torch's preserve_format: the input's strides where it is dense (valid for the
-            # kernel wherever the input is), else contiguous. 0.12 us less per call than
-            # asking for contiguous_format (keyword parsing).
-            alloc = f"_empty_like({o.like})"
+            # Contiguous: a contiguous input's empty_like (0.08 us less per call than asking
+            # for contiguous_format, whose keyword costs 0.13), else contiguous_format.
+            alloc = (f"_empty_like({o.like}) if {o.like}.is_contiguous() else "
+                     f"_empty_like({o.like}, memory_format=_contiguous)")
         else:
             alloc = (f"_empty(_OUT_{op.name}(tuple({o.like}.shape)), dtype={o.like}.dtype, "
                      f"device={o.like}.device)")
@@ -122,6 +122,7 @@ def _generate() -> dict:
         "_grad_enabled": torch.is_grad_enabled,
         "_empty": torch.empty,
         "_empty_like": torch.empty_like,
+        "_contiguous": torch.contiguous_format,
         "_FN": _FN,
         "_no_grad": _no_grad,
         "_ops": torch.ops.xkernels,
