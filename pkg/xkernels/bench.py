@@ -329,7 +329,7 @@ class GraphTimer:
                 self.why, self.g = _error(e), None
                 with contextlib.suppress(Exception):  # a sticky error fails the eager loop
                     torch.cuda.synchronize()
-        elif self.why is None:
+        else:
             self.why = "graphs off"
         self.run()
         torch.cuda.synchronize()
