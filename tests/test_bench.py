@@ -127,6 +127,20 @@ def test_best_peer_and_table():
     assert len(lines) == 3 + 6
 
 
+def test_best_peer_like_for_like():
+    """In-place ops are compared with peers of the same form: in place with in place, out of place
+    (given destinations, or new tensors) with out of place."""
+    f = "fused_add_rmsnorm"
+    rows = [_r("xkernels", 3.2, op=f), _r("xkernels out=", 2.8, op=f), _r("flashinfer", 3.6, op=f),
+            _r("liger", 3.0, op=f), _r("torch.compile (functional)", 2.9, op=f),
+            _r("torch.compile", 3.4, op=f), _r("xkernels", 1.0), _r("liger", 0.9)]
+    assert [bench.impl_form(r["op"], r["impl"]) for r in rows] == (
+        ["in place", "out of place", "in place", "out of place", "out of place", "in place", "", ""])
+    ratios = bench.best_peer_ratios(rows)
+    assert ratios == {0: pytest.approx(3.2 / 3.4), 1: pytest.approx(2.8 / 2.9),
+                      6: pytest.approx(1.0 / 0.9)}
+
+
 def test_time_host_and_loop():
     calls = [lambda: sum(range(100))] * 3
     ms, why = bench.time_host(calls, min_ms=1.0, min_samples=5)
@@ -352,6 +366,22 @@ def test_cli_overhead(tmp_path, capsys):
         assert r["host_us"] > 0 and r["gbps"] is None and r["ms"] == pytest.approx(
             r["host_us"] / 1e3)
     assert "us/call" in capsys.readouterr().out
+
+
+@host_only
+def test_overhead_paired_with_flashinfer():
+    """With FlashInfer present, each impl's host cost also comes as its median per-round ratio to
+    FlashInfer's."""
+    fi = types.SimpleNamespace(rmsnorm=lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps))
+    rows = []
+    bench.run_overhead(_ctx({"flashinfer": fi}, groups=("xkernels", "torch", "flashinfer")),
+                       rows.append)
+    by = {r["impl"]: r for r in rows}
+    assert set(by) == {"xkernels", "xkernels (dispatcher)", "torch", "flashinfer"}
+    assert by["flashinfer"]["vs_flashinfer"] == 1.0
+    for name in ("xkernels", "torch"):
+        assert by[name]["vs_flashinfer"] > 0
+        assert "per-round ratio to flashinfer" in by[name]["note"]
 
 
 @host_only

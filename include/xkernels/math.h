@@ -42,8 +42,28 @@ XK_DEVICE float silu(float x) {
   if constexpr (kFast) return x * rcp_approx(1.f + ex2_approx(-x * kLog2e));
   return x / (1.f + expf(-x));
 }
+// gelu(x) = x * Phi(x), Phi the normal CDF. kFast: Phi from erfc's tail, with no branch and two
+// MUFU ops: for z = |x| / sqrt(2), t = 1 / (1 + z / 2), erfc(z) / 2 = t * e^(-z^2) * P(t), P of
+// degree 6 fitted (weighted least squares toward minimax, z in [0, 10], where e^(-z^2) runs out
+// of floats) to a relative error of 1.4e-6; Phi = 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below.
+// Rounded to bf16 (fp16), 0.009% (0.03%) of outputs differ from the correctly rounded value over
+// [-20, 20], against 17% (3.4%) for 0.5 x (1 + erff(x / sqrt(2))), which cancels for x < 0.
+// erff has a branch per element; on the H100, bf16 gelu_and_mul 1x28672 (latency-bound) in CUDA
+// graphs, 1.61 -> 1.42 us with this (silu_and_mul: 1.36). Float outputs keep erff.
 template <bool kFast>
-XK_DEVICE float gelu(float x) {  // exact (erf) form; erff is accurate and cheap enough for both
+XK_DEVICE float gelu(float x) {
+  if constexpr (kFast) {
+    const float t = rcp_approx(fmaf(fabsf(x), 0.35355339059327376f, 1.f));  // 1 / (1 + z / 2)
+    float p = 0.04408267140388489f;
+    p = fmaf(p, t, -0.17829281091690063f);
+    p = fmaf(p, t, 0.19449609518051147f);
+    p = fmaf(p, t, 0.019032856449484825f);
+    p = fmaf(p, t, 0.1407177448272705f);
+    p = fmaf(p, t, 0.1387975513935089f);
+    p = fmaf(p, t, 0.14116524159908295f);
+    const float h = t * p * ex2_approx(x * x * (-0.5f * kLog2e));  // erfc(z) / 2
+    return x * (x >= 0.f ? 1.f - h : h);
+  }
   return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
 template <bool kFast>
