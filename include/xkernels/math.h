@@ -42,17 +42,21 @@ XK_DEVICE float silu(float x) {
   if constexpr (kFast) return x * rcp_approx(1.f + ex2_approx(-x * kLog2e));
   return x / (1.f + expf(-x));
 }
-// gelu(x) = x * Phi(x), Phi the normal CDF. kFast: Phi from erfc's tail, with no branch and two
-// MUFU ops: for z = |x| / sqrt(2), t = 1 / (1 + z / 2), erfc(z) / 2 = t * e^(-z^2) * P(t), P of
-// degree 6 fitted (weighted least squares toward minimax, z in [0, 10], where e^(-z^2) runs out
-// of floats) to a relative error of 1.4e-6; Phi = 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below.
-// Rounded to bf16 (fp16), 0.009% (0.03%) of outputs differ from the correctly rounded value over
-// [-20, 20], against 17% (3.4%) for 0.5 x (1 + erff(x / sqrt(2))), which cancels for x < 0.
-// erff has a branch per element; on the H100, bf16 gelu_and_mul 1x28672 (latency-bound) in CUDA
-// graphs, 1.61 -> 1.42 us with this (silu_and_mul: 1.36). Float outputs keep erff.
-template <bool kFast>
+// gelu(x) = x * Phi(x), Phi the normal CDF, in one of two forms:
+// - 0.5 x (1 + erff(x / sqrt(2))): the default. erff is cheap (one branch per element, ex2 on
+//   one side only), but cancels for x < 0: rounded to bf16 (fp16), 17% (3.4%) of outputs over
+//   [-20, 20] are off the correctly rounded value, all in the tail.
+// - kShort (with kFast): Phi from erfc's tail, branchless, two MUFU ops. For z = |x| / sqrt(2),
+//   t = 1 / (1 + z / 2): erfc(z) / 2 = t * e^(-z^2) * P(t), P of degree 6 fitted (weighted least
+//   squares toward minimax, z in [0, 10], where e^(-z^2) runs out of floats) to a relative error
+//   of 1.4e-6; Phi = 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below. 0.009% (0.03%) of bf16
+//   (fp16) outputs off the correctly rounded value.
+// Latency-bound grids take kShort (the elementwise kernels' U = 1), the others erff. Measured on
+// the H100, bf16 gelu_and_mul, CUDA graphs, erff / kShort (A/B): 1x28672 1.61 / 1.42 us,
+// 4096x28672 116.00 / 116.57 us, 8192x28672 229.46 / 231.05 us (torch.compile 230.43; silu 230.92).
+template <bool kFast, bool kShort = false>
 XK_DEVICE float gelu(float x) {
-  if constexpr (kFast) {
+  if constexpr (kFast && kShort) {
     const float t = rcp_approx(fmaf(fabsf(x), 0.35355339059327376f, 1.f));  // 1 / (1 + z / 2)
     float p = 0.04408267140388489f;
     p = fmaf(p, t, -0.17829281091690063f);
@@ -76,10 +80,11 @@ XK_DEVICE float gelu_tanh(float x) {
 
 enum class Act : int { kSilu = 0, kGelu = 1, kGeluTanh = 2 };
 
-template <Act A, bool kFast>
+// kShort: the form with the shorter dependency chain where there is a choice (gelu).
+template <Act A, bool kFast, bool kShort = false>
 XK_DEVICE float activate(float x) {
   if constexpr (A == Act::kSilu) return silu<kFast>(x);
-  if constexpr (A == Act::kGelu) return gelu<kFast>(x);
+  if constexpr (A == Act::kGelu) return gelu<kFast, kShort>(x);
   return gelu_tanh<kFast>(x);
 }
 
