@@ -31,7 +31,7 @@ SHAPES = [
     ((400, 3200), "contiguous"),  # the same, the last vectors past the row (400 and 800)
     ((300, 7000), "contiguous"),  # 256 x 4 over 875 vectors (fp32: 1750, RowKernel)
     ((300, 6000), "contiguous"),  # layernorm: 750 vectors over 192 threads x 4, via L1
-    ((4, 28672), "contiguous"),  # elementwise: narrower vectors (4 bytes), as at 1x28672
+    ((4, 28672), "contiguous"),  # elementwise, narrower vectors: 4 bytes (fp32: 8), as 1x28672
     ((2, 4097), "contiguous"),
     ((2, 16385), "contiguous"),
     ((5, 20000), "contiguous"),

@@ -1103,7 +1103,6 @@ def run_overhead(ctx: Context, emit: Callable[[dict], None]) -> None:
                 samples[name].append(host_loop_us(fn, calls, sync))
             except Exception as e:  # noqa: BLE001
                 failed[name] = f"failed: {_error(e)}"
-                samples[name].append(math.nan)
     paired = {}
     if "flashinfer" in samples and "flashinfer" not in failed:
         paired = {name: statistics.median(a / b for a, b in zip(v, samples["flashinfer"]))
