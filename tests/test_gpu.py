@@ -32,6 +32,9 @@ SHAPES = [
     ((300, 7000), "contiguous"),  # 256 x 4 over 875 vectors (fp32: 1750, RowKernel)
     ((300, 6000), "contiguous"),  # layernorm: 750 vectors over 192 threads x 4, via L1
     ((4, 28672), "contiguous"),  # elementwise, narrower vectors: 4 bytes (fp32: 8), as 1x28672
+    ((1100, 6000), "contiguous"),  # elementwise throughput grids (each op's Throughput shape),
+    ((1100, 6000), "strided"),  # their blocks' last threads past the row
+    ((66000, 24), "contiguous"),  # rows past the grid's y limit (65535): row loops, scalars
     ((2, 4097), "contiguous"),
     ((2, 16385), "contiguous"),
     ((5, 20000), "contiguous"),
@@ -50,6 +53,12 @@ SHAPES = [
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_cuda_matches_reference(op, dtype, shape, layout):
     check(op, shape, dtype, "cuda", layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_layernorm_many_rows(dtype):
+    """Grids of kManyRows (24576) rows or more of 769-1024 vectors: RowKernelFlat 512 x 2."""
+    check("layernorm", (24577, 7000), dtype, "cuda")
 
 
 @pytest.mark.parametrize("op", [n for n, o in OPS.items() if any(x.role == "column" for x in o.inputs)])

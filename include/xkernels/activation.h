@@ -14,24 +14,44 @@
 namespace xkernels {
 namespace elementwise {
 
-constexpr int kThreads = 128;
 constexpr int64_t kMaxGridY = 65535;
 
-// How a launch covers [rows, n vectors]: each thread moves U vectors per operand; a row is split
-// over `blocks_per_row` blocks of at most 128 threads, sized so that they divide the row about
-// evenly. U = 2; grids with fewer vectors than the GPU has thread slots (a few rows) take U = 1,
-// to spread their loads over more SMs. Measured on the H100, bf16, blocks of 128 threads:
-//   silu_and_mul 1x28672: U = 4 2.13 us, U = 1 1.48 us
-//   gelu_and_mul 8192x28672: U = 4 2987 GB/s, U = 2 3065, U = 1 2978 (silu: 3047 / 3045 at U = 4 / 2)
-//   blocks of up to 448 threads (one per row): gelu_and_mul 8192x28672 2654 GB/s
-// U = 1 grids are latency-bound: their kernels take one row per blockIdx.y (rows <= kMaxGridY,
-// no row loop), 2-D row strides and 32-bit vector indices, which shortens the chain from the
-// kernel's parameters to its first load. Measured on the H100, bf16 silu_and_mul 1x28672 in CUDA
-// graphs, against the general form: no loop 1.44 -> 1.42 us, 2-D strides 1.38, 32-bit indices
-// 1.45, all three 1.30. Their activations take the forms with the shorter chains (math::gelu's
-// kShort).
+// How a throughput grid runs an op: U vectors per thread per operand, blocks of at most kThreads
+// threads, and rows addressed in the plain form where the launch's strides allow (else strided).
+// Chosen per op from measurements on the H100 (bf16, CUDA graphs, inputs rotating over 3x the
+// L2, us; U x threads, P plain / S strided rows):
+//   silu_and_mul 8192x28672       U2x128 S 231.0, P 230.8; U1x128 P 230.9, U1x256 P 230.9,
+//                                 U1x256 S 227.9, U1x512 P 230.8 (4096 rows alike: 0.990 of U2)
+//   gelu_tanh_and_mul 8192x28672  U2x128 S 231.0; U1x256 S 228.0 (4096 rows: 0.987)
+//   gelu_and_mul 8192x28672       U2x128 S 229.4; U1x128 P 228.5, U1x256 P 228.9, U1x256 S 239.6
+//   silu 8192x14336               U2x128 S 157.5, P 192.3; U1x512 S 155.7, P 155.6
+//   add_bias_gelu 131072x4096     U2x128 S 709.5, P 823.0; U1x512 P 709.9, U1x128 P 713.1
+//   mul_add 2^28                  U2x128 S 687.9, P 691.3; U1x512 S 686.3, P 686.8
+// (an earlier kernel form: gelu_and_mul 8192x28672 U4x128 2987 GB/s, U2 3065, U1 2978).
+// The spread follows each kernel's code and registers more than any rule we found: ops not
+// measured keep U2x128 S.
+template <int kU, int kT, bool kP>
+struct Throughput {
+  static constexpr int kUnroll = kU, kThreads = kT;
+  static constexpr bool kPlain = kP;
+};
+using DefaultThroughput = Throughput<2, 128, false>;
+
+// How a launch covers [rows, n vectors]: each thread moves `unroll` vectors per operand; a row is
+// split over `blocks_per_row` blocks of at most `max_threads` threads, sized so that they divide
+// the row about evenly. Grids with fewer vectors than the GPU has thread slots (a few rows) are
+// latency-bound: they take U = 1 in blocks of at most 128 threads, to spread their loads over
+// more SMs (silu_and_mul 1x28672 on the H100: U = 4 2.13 us, U = 1 1.48), and their kernels take
+// one row per blockIdx.y (rows <= kMaxGridY, no row loop), 2-D row strides and 32-bit vector
+// indices, which shortens the chain from the kernel's parameters to its first load. Measured on
+// the H100, bf16 silu_and_mul 1x28672 in CUDA graphs, against the general form: no loop 1.44 ->
+// 1.42 us, 2-D strides 1.38, 32-bit indices 1.45, all three 1.30. Their activations take the
+// forms with the shorter chains (math::gelu's kShort).
+constexpr int kLatencyThreads = 128;
+
 struct Tiling {
   int unroll, threads;
+  bool latency;  // the latency-bound form (U = 1, one row per blockIdx.y)
   int64_t blocks_per_row;
   dim3 grid(int64_t rows) const {
     return dim3(static_cast<unsigned>(blocks_per_row),
@@ -40,29 +60,40 @@ struct Tiling {
 };
 
 // `plain`: every row stride of the launch is 2-D (RowStride::inner_count == 1), as U = 1 needs.
-inline Tiling Tile(int64_t rows, int64_t n, int sm_count, bool plain) {
+// unroll and max_threads: the op's throughput shape (Throughput).
+inline Tiling Tile(int64_t rows, int64_t n, int sm_count, bool plain, int unroll,
+                   int max_threads) {
   Tiling t;
-  t.unroll = rows * n < int64_t{sm_count} * 2048 && rows <= kMaxGridY && plain ? 1 : 2;
-  t.blocks_per_row = ceil_div<int64_t>(n, int64_t{t.unroll} * kThreads);
+  t.latency = rows * n < int64_t{sm_count} * 2048 && rows <= kMaxGridY && plain;
+  t.unroll = t.latency ? 1 : unroll;
+  const int most = t.latency ? kLatencyThreads : max_threads;
+  t.blocks_per_row = ceil_div<int64_t>(n, int64_t{t.unroll} * most);
   t.threads = static_cast<int>((ceil_div<int64_t>(n, t.unroll * t.blocks_per_row) + 31) / 32 * 32);
   return t;
 }
 
-// Vector index of this thread's u-th vector in its row (32-bit for U = 1, see Tiling).
-template <int U>
+// How a kernel addresses its rows:
+//   kStrided  any RowStride (per-head views: two strided groups)
+//   kPlain    2-D strides (RowStride::inner_count == 1): a row's offset is one multiply
+//   kLatency  2-D strides, U = 1, one row per blockIdx.y and 32-bit vector indices (see Tiling)
+enum class Form { kStrided, kPlain, kLatency };
+
+// Vector index of this thread's u-th vector in its row.
+template <int U, Form F>
 XK_DEVICE int64_t vec_index(int u) {
-  if constexpr (U == 1) return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  static_assert(F != Form::kLatency || U == 1, "the latency form moves one vector per thread");
+  if constexpr (F == Form::kLatency) return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   return (static_cast<int64_t>(blockIdx.x) * U + u) * blockDim.x + threadIdx.x;
 }
 
-// Element offset of row r (2-D strides for U = 1, see Tiling).
-template <int U>
+// Element offset of row r.
+template <Form F>
 XK_DEVICE int64_t row_offset(const RowStride& rs, int64_t r) {
-  return U == 1 ? r * rs.outer : rs.offset(r);
+  return F == Form::kStrided ? rs.offset(r) : r * rs.outer;
 }
 
 // out[r, c] = act(in[r, c]) * in[r, d + c]
-template <math::Act A, typename T, int V, int U>
+template <math::Act A, typename T, int V, int U, Form F>
 __global__ void ActAndMulKernel(T* out, RowStride out_rs, const T* in, RowStride in_rs,
                                 int64_t rows, int64_t d) {
   constexpr bool kFast = DTypeTraits<T>::kLowPrecision;
@@ -70,12 +101,12 @@ __global__ void ActAndMulKernel(T* out, RowStride out_rs, const T* in, RowStride
   pdl_wait();
   pdl_release();
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const T* x = in + row_offset<U>(in_rs, r);
-    T* o = out + row_offset<U>(out_rs, r);
+    const T* x = in + row_offset<F>(in_rs, r);
+    T* o = out + row_offset<F>(out_rs, r);
     Vec<T, V> a[U], b[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = vec_index<U>(u);
+      const int64_t i = vec_index<U, F>(u);
       if (i < n) {
         a[u].load(x + i * V);
         b[u].load(x + d + i * V);
@@ -83,20 +114,20 @@ __global__ void ActAndMulKernel(T* out, RowStride out_rs, const T* in, RowStride
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = vec_index<U>(u);
+      const int64_t i = vec_index<U, F>(u);
       if (i >= n) continue;
       float y[V];
 #pragma unroll
       for (int k = 0; k < V; ++k)
-        y[k] = math::activate<A, kFast, U == 1>(to_float(a[u][k])) * to_float(b[u][k]);
+        y[k] = math::activate<A, kFast, F == Form::kLatency>(to_float(a[u][k])) * to_float(b[u][k]);
       Vec<T, V>::cast_store(o + i * V, y);
     }
-    if constexpr (U == 1) break;  // one row per blockIdx.y (see Tiling)
+    if constexpr (F == Form::kLatency) break;  // one row per blockIdx.y (see Tiling)
   }
 }
 
 // out = act(in + bias), bias broadcast over rows (B = void: no bias).
-template <math::Act A, typename T, typename B, int V, int U>
+template <math::Act A, typename T, typename B, int V, int U, Form F>
 __global__ void BiasActKernel(T* out, RowStride out_rs, const T* in, RowStride in_rs,
                               const B* bias, int64_t rows, int64_t cols) {
   constexpr bool kFast = DTypeTraits<T>::kLowPrecision;
@@ -106,13 +137,13 @@ __global__ void BiasActKernel(T* out, RowStride out_rs, const T* in, RowStride i
   pdl_wait();
   pdl_release();
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const T* x = in + row_offset<U>(in_rs, r);
-    T* o = out + row_offset<U>(out_rs, r);
+    const T* x = in + row_offset<F>(in_rs, r);
+    T* o = out + row_offset<F>(out_rs, r);
     Vec<T, V> a[U];
     float b[U][V];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = vec_index<U>(u);
+      const int64_t i = vec_index<U, F>(u);
       if (i < n) {
         a[u].load(x + i * V);
         if constexpr (kBias) Vec<BT, V>::cast_load(b[u], reinterpret_cast<const BT*>(bias) + i * V);
@@ -120,20 +151,22 @@ __global__ void BiasActKernel(T* out, RowStride out_rs, const T* in, RowStride i
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = vec_index<U>(u);
+      const int64_t i = vec_index<U, F>(u);
       if (i >= n) continue;
       float y[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k)
-        y[k] = math::activate<A, kFast, U == 1>(to_float(a[u][k]) + (kBias ? b[u][k] : 0.f));
+      for (int k = 0; k < V; ++k) {
+        const float v = to_float(a[u][k]) + (kBias ? b[u][k] : 0.f);
+        y[k] = math::activate<A, kFast, F == Form::kLatency>(v);
+      }
       Vec<T, V>::cast_store(o + i * V, y);
     }
-    if constexpr (U == 1) break;  // one row per blockIdx.y (see Tiling)
+    if constexpr (F == Form::kLatency) break;  // one row per blockIdx.y (see Tiling)
   }
 }
 
 // out = a * b + c, in float with one rounding at the end.
-template <typename T, int V, int U>
+template <typename T, int V, int U, Form F>
 __global__ void MulAddKernel(T* out, RowStride out_rs, const T* pa, RowStride a_rs, const T* pb,
                              RowStride b_rs, const T* pc, RowStride c_rs, int64_t rows,
                              int64_t cols) {
@@ -141,14 +174,14 @@ __global__ void MulAddKernel(T* out, RowStride out_rs, const T* pa, RowStride a_
   pdl_wait();
   pdl_release();
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const T* xa = pa + row_offset<U>(a_rs, r);
-    const T* xb = pb + row_offset<U>(b_rs, r);
-    const T* xc = pc + row_offset<U>(c_rs, r);
-    T* o = out + row_offset<U>(out_rs, r);
+    const T* xa = pa + row_offset<F>(a_rs, r);
+    const T* xb = pb + row_offset<F>(b_rs, r);
+    const T* xc = pc + row_offset<F>(c_rs, r);
+    T* o = out + row_offset<F>(out_rs, r);
     Vec<T, V> a[U], b[U], c[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = vec_index<U>(u);
+      const int64_t i = vec_index<U, F>(u);
       if (i < n) {
         a[u].load(xa + i * V);
         b[u].load(xb + i * V);
@@ -157,14 +190,16 @@ __global__ void MulAddKernel(T* out, RowStride out_rs, const T* pa, RowStride a_
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = vec_index<U>(u);
+      const int64_t i = vec_index<U, F>(u);
       if (i >= n) continue;
       float y[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) y[k] = fmaf(to_float(a[u][k]), to_float(b[u][k]), to_float(c[u][k]));
+      for (int k = 0; k < V; ++k) {
+        y[k] = fmaf(to_float(a[u][k]), to_float(b[u][k]), to_float(c[u][k]));
+      }
       Vec<T, V>::cast_store(o + i * V, y);
     }
-    if constexpr (U == 1) break;  // one row per blockIdx.y (see Tiling)
+    if constexpr (F == Form::kLatency) break;  // one row per blockIdx.y (see Tiling)
   }
 }
 
@@ -197,18 +232,23 @@ namespace elementwise {
 // gelu_and_mul 1.606 / 1.553 / 1.547.
 constexpr int64_t kNarrowest = 256, kNarrow = 512;
 
-// Launch Kernel<V, U> over [rows, cols] with the tiling above (U = 1 or 2), or with narrower
-// vectors (see kNarrow); `plain`: every row stride is 2-D.
-template <int V, template <int, int> class K, typename... Args>
+// Launch K<V, U, Form> over [rows, cols] with the tiling above: the latency form, or the op's
+// throughput shape P (Throughput), or narrower vectors (see kNarrow); `plain`: every row stride
+// is 2-D.
+template <int V, class P, template <int, int, Form> class K, typename... Args>
 cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t stream,
                         Args... args) {
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
-  // Narrower vectors, of W elements (their grids are below Tile's threshold: U = 1).
+  const auto tile = [&](int64_t n) {
+    return Tile(rows, n, props.sm_count, plain, P::kUnroll, P::kThreads);
+  };
+  // Narrower vectors, of W elements (their grids are below Tile's threshold: the latency form).
   const auto narrow = [&](auto w) {
     constexpr int W = decltype(w)::value;
-    const Tiling t = Tile(rows, cols / W, props.sm_count, plain);
-    return LaunchKernel(K<W, 1>::kernel, t.grid(rows), t.threads, stream, props, 1, args...);
+    const Tiling t = tile(cols / W);
+    return LaunchKernel(K<W, 1, Form::kLatency>::kernel, t.grid(rows), t.threads, stream, props,
+                        1, args...);
   };
   if constexpr (V >= 4) {
     const int64_t vectors = rows * (cols / V);  // of V elements
@@ -221,32 +261,47 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
       }
     }
   }
-  const int64_t n = cols / V;
-  const Tiling t = Tile(rows, n, props.sm_count, plain);
-  return t.unroll == 1
-             ? LaunchKernel(K<V, 1>::kernel, t.grid(rows), t.threads, stream, props, 1, args...)
-             : LaunchKernel(K<V, 2>::kernel, t.grid(rows), t.threads, stream, props, 1, args...);
+  const Tiling t = tile(cols / V);
+  if (t.latency) {
+    return LaunchKernel(K<V, 1, Form::kLatency>::kernel, t.grid(rows), t.threads, stream, props,
+                        1, args...);
+  }
+  constexpr int U = P::kUnroll;
+  if constexpr (P::kPlain) {
+    if (plain) {
+      return LaunchKernel(K<V, U, Form::kPlain>::kernel, t.grid(rows), t.threads, stream, props,
+                          1, args...);
+    }
+  }
+  return LaunchKernel(K<V, U, Form::kStrided>::kernel, t.grid(rows), t.threads, stream, props, 1,
+                      args...);
 }
 
+// Each op's kernel and throughput shape (see Throughput).
 template <math::Act A, typename T>
 struct ActAndMulK {
-  template <int V, int U>
+  using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true>,
+                               Throughput<1, 256, false>>;
+  template <int V, int U, Form F>
   struct K {
-    static constexpr auto kernel = ActAndMulKernel<A, T, V, U>;
+    static constexpr auto kernel = ActAndMulKernel<A, T, V, U, F>;
   };
 };
 template <math::Act A, typename T, typename B>
 struct BiasActK {
-  template <int V, int U>
+  using P = std::conditional_t<A == math::Act::kSilu && std::is_void_v<B>,
+                               Throughput<1, 512, false>, DefaultThroughput>;
+  template <int V, int U, Form F>
   struct K {
-    static constexpr auto kernel = BiasActKernel<A, T, B, V, U>;
+    static constexpr auto kernel = BiasActKernel<A, T, B, V, U, F>;
   };
 };
 template <typename T>
 struct MulAddK {
-  template <int V, int U>
+  using P = Throughput<1, 512, false>;
+  template <int V, int U, Form F>
   struct K {
-    static constexpr auto kernel = MulAddKernel<T, V, U>;
+    static constexpr auto kernel = MulAddKernel<T, V, U, F>;
   };
 };
 
@@ -259,12 +314,13 @@ cudaError_t ActAndMul(T* out, const T* input, int64_t rows, int64_t d, RowStride
   using namespace elementwise;
   if (rows <= 0 || d <= 0) return cudaSuccess;
   using K = ActAndMulK<A, T>;
+  using P = typename K::P;
   const bool plain = Plain({out_stride, in_stride});
   return CanVectorize<T>(d, {{out, out_stride}, {input, in_stride}})
-             ? LaunchTiled<vec16<T>(), K::template K>(rows, d, plain, stream, out, out_stride,
-                                                       input, in_stride, rows, d)
-             : LaunchTiled<1, K::template K>(rows, d, plain, stream, out, out_stride, input,
-                                             in_stride, rows, d);
+             ? LaunchTiled<vec16<T>(), P, K::template K>(rows, d, plain, stream, out, out_stride,
+                                                          input, in_stride, rows, d)
+             : LaunchTiled<1, P, K::template K>(rows, d, plain, stream, out, out_stride, input,
+                                                in_stride, rows, d);
 }
 
 /// out = act(input + bias) over [rows, cols]; bias: [cols] of T or float, or nullptr (B = void)
@@ -277,11 +333,13 @@ cudaError_t BiasAct(T* out, const T* input, const B* bias, int64_t rows, int64_t
   bool vec = CanVectorize<T>(cols, {{out, out_stride}, {input, in_stride}});
   if constexpr (!std::is_void_v<B>) vec = vec && is_aligned(bias, vec_align<B, vec16<T>()>());
   using K = BiasActK<A, T, B>;
+  using P = typename K::P;
   const bool plain = Plain({out_stride, in_stride});
-  return vec ? LaunchTiled<vec16<T>(), K::template K>(rows, cols, plain, stream, out, out_stride,
-                                                       input, in_stride, bias, rows, cols)
-             : LaunchTiled<1, K::template K>(rows, cols, plain, stream, out, out_stride, input,
-                                             in_stride, bias, rows, cols);
+  return vec ? LaunchTiled<vec16<T>(), P, K::template K>(rows, cols, plain, stream, out,
+                                                          out_stride, input, in_stride, bias, rows,
+                                                          cols)
+             : LaunchTiled<1, P, K::template K>(rows, cols, plain, stream, out, out_stride, input,
+                                                in_stride, bias, rows, cols);
 }
 
 /// out = act(input) over [rows, cols].
@@ -299,13 +357,14 @@ cudaError_t MulAdd(T* out, const T* a, const T* b, const T* c, int64_t rows, int
   using namespace elementwise;
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   using K = MulAddK<T>;
+  using P = typename K::P;
   const bool plain = Plain({out_stride, a_stride, b_stride, c_stride});
   return CanVectorize<T>(cols, {{out, out_stride}, {a, a_stride}, {b, b_stride}, {c, c_stride}})
-             ? LaunchTiled<vec16<T>(), K::template K>(rows, cols, plain, stream, out, out_stride,
-                                                       a, a_stride, b, b_stride, c, c_stride,
-                                                       rows, cols)
-             : LaunchTiled<1, K::template K>(rows, cols, plain, stream, out, out_stride, a,
-                                             a_stride, b, b_stride, c, c_stride, rows, cols);
+             ? LaunchTiled<vec16<T>(), P, K::template K>(rows, cols, plain, stream, out,
+                                                          out_stride, a, a_stride, b, b_stride, c,
+                                                          c_stride, rows, cols)
+             : LaunchTiled<1, P, K::template K>(rows, cols, plain, stream, out, out_stride, a,
+                                                a_stride, b, b_stride, c, c_stride, rows, cols);
 }
 
 }  // namespace xkernels

@@ -578,6 +578,10 @@ constexpr int kMaxCluster = 8;  // portable cluster size
 // Grids of about one wave load weights early (see Columns).
 inline bool early_columns(int64_t blocks, int sm_count) { return blocks <= 2 * sm_count; }
 
+// Layernorm grids of at least this many rows of 769-1024 vectors take RowKernelFlat 512 x 2 (see
+// LaunchRowsV).
+constexpr int64_t kManyRows = 24576;
+
 // Ops with kNoL1 load rows of grids of at most kFewBlocks blocks of one row each, 2 vectors per
 // thread, through L1 after all: there no other row would evict the columns, and the allocating
 // load came back sooner. Measured on the H100, bf16 layernorm: 1x4096 1.85 -> 1.73 us, 2x4096
@@ -740,12 +744,25 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     //               355.7 -> 356.5 and softmax 360.5 -> 386.8, which keep RowKernel there.
     // Grids of a wave or less lose with it (the early columns are what they need): 1x4096 and
     // 128x4096, rmsnorm 1.43 -> 2.04 and 2.42 -> 3.09 us, fused_add_rmsnorm 3.34 -> 3.99.
+    // Layernorm grids of kManyRows rows or more take 512 threads x 2 vectors (40 registers, 3
+    // rows per SM) instead of 256 x 4 (48 registers, 5 rows). Measured on the H100, bf16 x 8192,
+    // us, 256 x 4 -> 512 x 2 (A/B harness, torch.compile in the same rounds):
+    //   8192 rows 90.72 -> 91.23, 12288 135.04 -> 135.42, 16384 179.23 -> 179.34
+    //   24576 268.54 -> 267.50, 32768 356.94 -> 355.69 (another run 356.49 -> 355.00), 49152
+    //   534.80 -> 532.33 (torch.compile 267.93, 355.79, 532.41)
+    // Why fewer rows in flight win only past ~400 MB is not known (DRAM pages or TLB reach are
+    // guesses). rmsnorm (512 x 2 already, 32 registers) and the fused op (512 x 2: 1.001 of
+    // 256 x 4 at 32768 rows) keep their kernels.
     if (!early_columns(blocks, props.sm_count)) {
       const dim3 grid(static_cast<unsigned>(blocks));
       if (n > 384 && n <= 512) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 128, 4>, grid, 128, stream, props, 1, a, attr);
       }
       if ((Op::kFusedAdd || Op::kBias) && n > 768 && n <= 1024) {
+        if (Op::kBias && !Op::kFusedAdd && blocks >= kManyRows) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1, a,
+                              attr);
+        }
         return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a, attr);
       }
     }
