@@ -37,7 +37,7 @@ struct Throughput {
 };
 using DefaultThroughput = Throughput<2, 128, false>;
 
-// How a launch covers [rows, n vectors]: each thread moves `unroll` vectors per operand; a row is
+// How a launch covers [rows, n vectors]: each thread moves U vectors per operand; a row is
 // split over `blocks_per_row` blocks of at most `max_threads` threads, sized so that they divide
 // the row about evenly. Grids with fewer vectors than the GPU has thread slots (a few rows) are
 // latency-bound: they take U = 1 in blocks of at most 128 threads, to spread their loads over
@@ -50,7 +50,7 @@ using DefaultThroughput = Throughput<2, 128, false>;
 constexpr int kLatencyThreads = 128;
 
 struct Tiling {
-  int unroll, threads;
+  int threads;
   bool latency;  // the latency-bound form (U = 1, one row per blockIdx.y)
   int64_t blocks_per_row;
   dim3 grid(int64_t rows) const {
@@ -65,10 +65,10 @@ inline Tiling Tile(int64_t rows, int64_t n, int sm_count, bool plain, int unroll
                    int max_threads) {
   Tiling t;
   t.latency = rows * n < int64_t{sm_count} * 2048 && rows <= kMaxGridY && plain;
-  t.unroll = t.latency ? 1 : unroll;
+  const int u = t.latency ? 1 : unroll;
   const int most = t.latency ? kLatencyThreads : max_threads;
-  t.blocks_per_row = ceil_div<int64_t>(n, int64_t{t.unroll} * most);
-  t.threads = static_cast<int>((ceil_div<int64_t>(n, t.unroll * t.blocks_per_row) + 31) / 32 * 32);
+  t.blocks_per_row = ceil_div<int64_t>(n, int64_t{u} * most);
+  t.threads = static_cast<int>((ceil_div<int64_t>(n, u * t.blocks_per_row) + 31) / 32 * 32);
   return t;
 }
 

@@ -758,12 +758,17 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
       if (n > 384 && n <= 512) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 128, 4>, grid, 128, stream, props, 1, a, attr);
       }
-      if ((Op::kFusedAdd || Op::kBias) && n > 768 && n <= 1024) {
-        if (Op::kBias && !Op::kFusedAdd && blocks >= kManyRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1, a,
+      if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
+        if (n > 768 && n <= 1024) {
+          if constexpr (!Op::kFusedAdd) {
+            if (blocks >= kManyRows) {
+              return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1, a,
+                                  attr);
+            }
+          }
+          return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a,
                               attr);
         }
-        return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a, attr);
       }
     }
   }
