@@ -6,6 +6,7 @@ stand-ins with the signatures of FlashInfer 0.5.3 and Liger 0.8.5 (on CPU tensor
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -93,6 +94,21 @@ def test_rotation_and_check_rows():
     assert bench.check_index(1) == [0]
     assert bench.check_index(40) == [*range(16), *range(24, 40)]
     assert bench.check_index(20) == list(range(20))
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_balanced_orders(n):
+    orders = bench.balanced_orders(n)
+    assert len(orders) == (1 if n == 1 else n if n % 2 == 0 else 2 * n)
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    places = {(order[i], i) for order in orders for i in range(n)}
+    assert len(places) == n * n  # every impl in every place
+    counts = {}
+    for order in orders:
+        for pair in itertools.pairwise(order):
+            counts[pair] = counts.get(pair, 0) + 1
+    assert len(counts) == n * (n - 1)  # every impl right after every other
+    assert len(set(counts.values())) <= 1  # equally often
 
 
 def test_impl_groups():

@@ -56,9 +56,11 @@ def test_cuda_matches_reference(op, dtype, shape, layout):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_layernorm_many_rows(dtype):
-    """Grids of kManyRows (24576) rows or more of 769-1024 vectors: RowKernelFlat 512 x 2."""
-    check("layernorm", (24577, 7000), dtype, "cuda")
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "gemma_rmsnorm"])
+def test_norm_many_rows(op, dtype):
+    """Grids of kManyRows (24576) rows or more of 769-1024 vectors: RowKernelFlat 512 x 2 (for
+    rmsnorm, weights first and 3 blocks per SM)."""
+    check(op, (24577, 7000), dtype, "cuda")
 
 
 @pytest.mark.parametrize("op", [n for n, o in OPS.items() if any(x.role == "column" for x in o.inputs)])

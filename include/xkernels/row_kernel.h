@@ -39,6 +39,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "xkernels/common.h"
 #include "xkernels/reduce.h"
@@ -65,17 +66,54 @@ struct RowArgs {
   int group = 32;  // lanes per row in Scope::kGroup
 };
 
+// Where one row starts in each tensor of RowArgs, in elements (0 for a row past the end, so that
+// no address is formed outside the tensors): RowAt computes each offset where it is used,
+// RowOffsets holds them computed ahead (RowKernel's latency grids: see there).
+template <typename T, typename W>
+struct RowAt {
+  const RowArgs<T, W>& a;
+  int64_t row;
+  bool ok;
+  XK_DEVICE int64_t in() const { return ok ? a.in_rs.offset(row) : 0; }
+  XK_DEVICE int64_t res() const { return ok ? a.res_rs.offset(row) : 0; }
+  XK_DEVICE int64_t out() const { return ok ? a.out_rs.offset(row) : 0; }
+  XK_DEVICE int64_t res_out() const { return ok ? a.res_out_rs.offset(row) : 0; }
+};
+
+struct RowOffsets {
+  int64_t in_ = 0, res_ = 0, out_ = 0, res_out_ = 0;
+
+  template <class Op, typename T, typename W>
+  XK_DEVICE static RowOffsets of(const RowAt<T, W>& at) {
+    RowOffsets o;
+    o.in_ = at.in();
+    o.out_ = at.out();
+    if constexpr (Op::kFusedAdd) o.res_ = at.res(), o.res_out_ = at.res_out();
+    return o;
+  }
+  XK_DEVICE int64_t in() const { return in_; }
+  XK_DEVICE int64_t res() const { return res_; }
+  XK_DEVICE int64_t out() const { return out_; }
+  XK_DEVICE int64_t res_out() const { return res_out_; }
+  // Computed here, before whatever follows (a compiler barrier on each offset).
+  template <class Op>
+  XK_DEVICE void pin() {
+    asm volatile("" : "+l"(in_), "+l"(out_));
+    if constexpr (Op::kFusedAdd) asm volatile("" : "+l"(res_), "+l"(res_out_));
+  }
+};
+
 // Load this thread's VPT vectors of one row (vector indices first + j * stride) and, with
 // kFusedAdd, the residual's into r; the row without allocating in L1 where kNoL1. They stay in
 // registers in their storage type (half the registers of floats for 16-bit types) and are
 // converted again where used. Nothing waits for them here: callers issue their other loads
 // before the first use.
-template <class Op, typename T, typename W, int V, int VPT, bool kNoL1 = Op::kNoL1>
-XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_t first,
+template <class Op, typename T, typename W, int V, int VPT, bool kNoL1 = Op::kNoL1, class At>
+XK_DEVICE void load_row(const RowArgs<T, W>& a, const At& at, bool row_ok, int64_t first,
                         int stride, int n, Vec<T, V> (&x)[VPT], Vec<T, V> (&r)[VPT],
                         bool (&ok)[VPT]) {
-  const T* px = a.in + (row_ok ? a.in_rs.offset(row) : 0);
-  const T* pr = Op::kFusedAdd ? a.res + (row_ok ? a.res_rs.offset(row) : 0) : nullptr;
+  const T* px = a.in + at.in();
+  const T* pr = Op::kFusedAdd ? a.res + at.res() : nullptr;
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     const int64_t i = first + static_cast<int64_t>(j) * stride;
@@ -95,12 +133,12 @@ XK_DEVICE void load_row(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_
 }
 
 // kFusedAdd: the kept vector becomes round(input + residual), which is written to residual_out.
-template <class Op, typename T, typename W, int V, int VPT>
-XK_DEVICE void add_residual(const RowArgs<T, W>& a, int64_t row, bool row_ok, int64_t first,
-                            int stride, Vec<T, V> (&x)[VPT], const Vec<T, V> (&r)[VPT],
+template <class Op, typename T, typename W, int V, int VPT, class At>
+XK_DEVICE void add_residual(const RowArgs<T, W>& a, const At& at, int64_t first, int stride,
+                            Vec<T, V> (&x)[VPT], const Vec<T, V> (&r)[VPT],
                             const bool (&ok)[VPT]) {
   if constexpr (Op::kFusedAdd) {
-    T* po = a.res_out + (row_ok ? a.res_out_rs.offset(row) : 0);
+    T* po = a.res_out + at.res_out();
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       if (!ok[j]) continue;
@@ -123,11 +161,11 @@ XK_DEVICE typename Op::Stats row_stats(const Vec<T, V> (&x)[VPT], const bool (&o
 }
 
 // The row's first value, for ops with kShift (not fused-add ops: their kept value is computed).
-template <class Op, typename T, typename W>
-XK_DEVICE float row_shift(const RowArgs<T, W>& a, int64_t row, bool row_ok) {
+template <class Op, typename T, typename W, class At>
+XK_DEVICE float row_shift(const RowArgs<T, W>& a, const At& at, bool row_ok) {
   if constexpr (Op::kShift) {
     static_assert(!Op::kFusedAdd, "shifted statistics read the input row");
-    return row_ok ? to_float(a.in[a.in_rs.offset(row)]) : 0.f;
+    return row_ok ? to_float(a.in[at.in()]) : 0.f;
   } else {
     return 0.f;
   }
@@ -173,12 +211,12 @@ struct Columns {
 };
 
 // Write this thread's VPT vectors of one row through Op::apply.
-template <class Op, typename T, typename W, int V, int VPT, bool kEarly>
-XK_DEVICE void store_row(const RowArgs<T, W>& a, int64_t row, int64_t first, int stride,
+template <class Op, typename T, typename W, int V, int VPT, bool kEarly, class At>
+XK_DEVICE void store_row(const RowArgs<T, W>& a, const At& at, int64_t first, int stride,
                          const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
                          const Columns<Op, T, W, V, VPT, kEarly>& cols, const typename Op::Param& p,
                          const typename Op::Attr& attr) {
-  T* po = a.out + a.out_rs.offset(row);
+  T* po = a.out + at.out();
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     if (!ok[j]) continue;
@@ -256,13 +294,8 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
 
   if constexpr (S == Scope::kCluster) reduce::cluster_exchange_init(&exchange);
   int64_t t = 0;  // rows done, for the cluster exchange
-  pdl_wait();
-  pdl_release();
-  // `base` is uniform over the block (over the cluster), so every thread runs the same number
-  // of iterations and reaches every shuffle, barrier and exchange.
-  for (; base < a.rows; base += step) {
-    const int64_t row = S == Scope::kGroup ? base + threadIdx.x / a.group : base;
-    const bool row_ok = row < a.rows;
+  // One row (one per group of lanes in kGroup), at offsets `at` (RowAt or RowOffsets).
+  const auto pass = [&](int64_t row, bool row_ok, const auto& at) {
     // Every load is issued before the first wait: the row (and residual), the early columns,
     // then the shift. Read first, the shift's use waited before the row's loads were issued,
     // two latencies in a row. Measured on the H100, bf16 layernorm: 32768x8192 2887 -> 2980
@@ -270,11 +303,11 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
     // early columns ahead of the fused add's store measured the same as after it.)
     Vec<T, V> x[VPT], r[VPT];
     bool ok[VPT];
-    load_row<Op, T, W, V, VPT, Op::kNoL1 && !kL1>(a, row, row_ok, first, stride, n, x, r, ok);
+    load_row<Op, T, W, V, VPT, Op::kNoL1 && !kL1>(a, at, row_ok, first, stride, n, x, r, ok);
     Columns<Op, T, W, V, VPT, kEarly> cols;
     cols.load(a, first, stride, ok);
-    const float shift = row_shift<Op>(a, row, row_ok);
-    add_residual<Op, T, W, V, VPT>(a, row, row_ok, first, stride, x, r, ok);
+    const float shift = row_shift<Op>(a, at, row_ok);
+    add_residual<Op, T, W, V, VPT>(a, at, first, stride, x, r, ok);
     Stats s;
     if constexpr (S == Scope::kGroup) {
       s = row_stats<Op, T, V, VPT>(x, ok, reduce::GroupReducer{a.group}, attr, shift, count);
@@ -285,9 +318,45 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
         s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &exchange, t++, Op::identity());
       }
     }
-    if (!row_ok) continue;
+    if (!row_ok) return;
     const typename Op::Param p = Op::finalize(s, a.cols, attr);
-    store_row(a, row, first, stride, x, ok, cols, p, attr);
+    store_row(a, at, first, stride, x, ok, cols, p, attr);
+  };
+  // Latency grids (kEarly) make one pass: Launch gives them a block, a group of lanes or a
+  // cluster per row. Its offsets, and whether there is a row, are computed before pdl_wait(), so
+  // that reading the kernel's parameters and the address arithmetic overlap the kernel before
+  // (left to the compiler, both followed the wait, and layernorm's shift load was issued last,
+  // after its own offset arithmetic). Measured on the H100, A/B harness, CUDA graphs of up to
+  // 1000 calls, inputs rotating over 3x the L2, bf16, us, before -> after (fused_add_rmsnorm
+  // with out=):
+  //   1x4096    layernorm 1.839 -> 1.539, rmsnorm 1.385 -> 1.358, fused_add_rmsnorm 1.651 -> 1.391
+  //   128x4096  layernorm 2.549 -> 2.370, rmsnorm 2.219 -> 1.990, fused_add_rmsnorm 2.791 -> 2.560
+  //   32x128    layernorm 1.856 -> 1.377, rmsnorm 1.400 -> 1.316, fused_add_rmsnorm 1.670 -> 1.348
+  // A kernel with no loop at all (the harness's) reached 1.360 for layernorm 1x4096: what is left
+  // after the wait is the row check, the vector bounds and the loads. Keeping ptxas from sinking
+  // the early columns' loads to the reduction (a never-taken branch after them) gained another
+  // 1-2% there; not taken, as a trick that holds only as long as ptxas schedules that way.
+  if constexpr (kEarly) {
+    const int64_t row = S == Scope::kGroup ? base + threadIdx.x / a.group : base;
+    const bool row_ok = row < a.rows;
+    RowOffsets at = RowOffsets::of<Op>(RowAt<T, W>{a, row, row_ok});
+    at.pin<Op>();
+    int live = base < a.rows;
+    asm volatile("" : "+r"(live));
+    pdl_wait();
+    pdl_release();
+    if (live) pass(row, row_ok, at);
+    base += step;  // past the last row, where the grid is Launch's: else the loop takes the rest
+  } else {
+    pdl_wait();
+    pdl_release();
+  }
+  // `base` is uniform over the block (over the cluster), so every thread runs the same number
+  // of iterations and reaches every shuffle, barrier and exchange.
+  for (; base < a.rows; base += step) {
+    const int64_t row = S == Scope::kGroup ? base + threadIdx.x / a.group : base;
+    const bool row_ok = row < a.rows;
+    pass(row, row_ok, RowAt<T, W>{a, row, row_ok});
   }
   // No partner writes to this block after its last exchange: each waited for all of them.
 }
@@ -297,9 +366,11 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
 // in grids past early_columns: RowKernel's runtime strides, persistent loop and per-vector bounds
 // cost registers, hence rows in flight per SM (bf16 fused_add_rmsnorm, 2 vectors x 256 threads:
 // 56 registers, 4 rows per SM; here 4 x 128 threads: 56 registers, 9 rows; layernorm 4 x 256:
-// 71 -> 48 registers, 3 -> 5 rows). Rows load through L1. Measured: see LaunchRowsV.
-template <class Op, typename T, typename W, int kThreads, int VPT>
-__global__ void __launch_bounds__(kThreads)
+// 71 -> 48 registers, 3 -> 5 rows). Rows load through L1. With kMinBlocks > 0 (Liger's shape
+// for rmsnorm) the columns are loaded with the row, into registers, and ptxas fits kMinBlocks
+// blocks per SM. Measured: see LaunchRowsV.
+template <class Op, typename T, typename W, int kThreads, int VPT, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     RowKernelFlat(const RowArgs<T, W> a, const typename Op::Attr attr) {
   constexpr int V = static_cast<int>(16 / sizeof(T));
   __shared__ uint4 smem[32];
@@ -325,12 +396,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < V; ++k) x[j][k] = from_float<T>(0.f);
     }
   }
-  const float shift = row_shift<Op>(a, row, true);
-  add_residual<Op, T, W, V, VPT>(a, row, true, threadIdx.x, kThreads, x, r, ok);
+  Columns<Op, T, W, V, VPT, (kMinBlocks > 0)> cols;
+  cols.load(a, threadIdx.x, kThreads, ok);  // a no-op unless kMinBlocks > 0
+  const RowAt<T, W> at{a, row, true};
+  const float shift = row_shift<Op>(a, at, true);
+  add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
   const typename Op::Stats s =
       row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, a.cols);
-  Columns<Op, T, W, V, VPT, false> cols;
-  store_row(a, row, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
+  store_row(a, at, threadIdx.x, kThreads, x, ok, cols,
+            Op::finalize(s, a.cols, attr), attr);
 }
 
 // Persistent cluster rows, staged: while a block works on one row, its share of the next row is
@@ -379,7 +453,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   float next_shift = 0.f;
   if (base < a.rows) {
     fetch(base);
-    next_shift = row_shift<Op>(a, base, true);
+    next_shift = row_shift<Op>(a, RowAt<T, W>{a, base, true}, true);
   }
   for (int64_t t = 0; base < a.rows; base += step, ++t) {
     const int64_t row = base;
@@ -400,13 +474,14 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     __syncthreads();  // every thread holds its values: the stage may be refilled
     if (base + step < a.rows) {
       fetch(base + step);
-      next_shift = row_shift<Op>(a, base + step, true);
+      next_shift = row_shift<Op>(a, RowAt<T, W>{a, base + step, true}, true);
     }
     Columns<Op, T, W, V, VPT, false> cols;
     typename Op::Stats s =
         row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, count);
     s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &exchange, t, Op::identity());
-    store_row(a, row, first, stride, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
+    store_row(a, RowAt<T, W>{a, row, true}, first, stride, x, ok, cols,
+              Op::finalize(s, a.cols, attr), attr);
   }
   // No partner writes to this block after its last exchange (each waited for all of them), and
   // no bulk copy is left in flight (each one issued was waited for).
@@ -486,10 +561,13 @@ __global__ void __launch_bounds__(1024)
   }
   int slot0 = 0;         // slot of the row's first chunk
   unsigned parity0 = 0;  // parity of its fill
-  float next_shift = base < a.rows ? row_shift<Op>(a, base, true) : 0.f;  // kShift: a row ahead
+  // kShift: a row ahead
+  float next_shift = base < a.rows ? row_shift<Op>(a, RowAt<T, W>{a, base, true}, true) : 0.f;
   for (int64_t t = 0, row = base; row < a.rows; ++t, row += step) {
     const float shift = next_shift;
-    if (row + step < a.rows) next_shift = row_shift<Op>(a, row + step, true);
+    if (row + step < a.rows) {
+      next_shift = row_shift<Op>(a, RowAt<T, W>{a, row + step, true}, true);
+    }
     Stats s = Op::identity();
     for (int k = 0, slot = slot0, parity = parity0; k < chunks; ++k) {
       Vec<T, V> x[kVPC];
@@ -509,7 +587,8 @@ __global__ void __launch_bounds__(1024)
       Vec<T, V> x[kVPC];
       bool ok[kVPC];
       read(k, slot0, parity0, x, ok);  // landed: no wait
-      store_row(a, row, block_first + k * chunk + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
+      store_row(a, RowAt<T, W>{a, row, true}, block_first + k * chunk + threadIdx.x,
+                blockDim.x, x, ok, cols, p, attr);
       __syncthreads();  // every thread has read the slot: the chunk kSlots later may fill it
       if (threadIdx.x == 0) fetch(row, (k + kSlots) / chunks, (k + kSlots) % chunks, slot0);
       if (++slot0 == kSlots) slot0 = 0, parity0 ^= 1;
@@ -535,12 +614,14 @@ __global__ void __launch_bounds__(kMaxThreads)
   pdl_release();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     Stats acc = Op::identity();
-    const float shift = row_shift<Op>(a, row, true);
+    const float shift = row_shift<Op>(a, RowAt<T, W>{a, row, true}, true);
     for (int64_t c = 0; c < n; c += chunk) {
       Vec<T, V> x[VPT], r[VPT];
       bool ok[VPT];
-      load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, r, ok);
-      add_residual<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, x, r, ok);
+      load_row<Op, T, W, V, VPT>(a, RowAt<T, W>{a, row, true}, true, c + threadIdx.x,
+                                 blockDim.x, n, x, r, ok);
+      add_residual<Op, T, W, V, VPT>(a, RowAt<T, W>{a, row, true}, c + threadIdx.x,
+                                     blockDim.x, x, r, ok);
       const int count = static_cast<int>((n - c < chunk ? n - c : chunk) * V);
       acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr, shift, count));  // uniform
     }
@@ -553,13 +634,16 @@ __global__ void __launch_bounds__(kMaxThreads)
         RowArgs<T, W> b = a;
         b.in = a.res_out;
         b.in_rs = a.res_out_rs;
-        load_row<typename Op::Unfused, T, W, V, VPT>(b, row, true, c + threadIdx.x, blockDim.x,
-                                                     n, x, r, ok);
+        load_row<typename Op::Unfused, T, W, V, VPT>(
+            b, RowAt<T, W>{b, row, true}, true, c + threadIdx.x,
+            blockDim.x, n, x, r, ok);
       } else {
-        load_row<Op, T, W, V, VPT>(a, row, true, c + threadIdx.x, blockDim.x, n, x, r, ok);
+        load_row<Op, T, W, V, VPT>(a, RowAt<T, W>{a, row, true}, true, c + threadIdx.x,
+                                   blockDim.x, n, x, r, ok);
       }
       Columns<Op, T, W, V, VPT, false> cols;
-      store_row(a, row, c + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
+      store_row(a, RowAt<T, W>{a, row, true}, c + threadIdx.x, blockDim.x, x, ok, cols, p,
+                attr);
     }
   }
 }
@@ -578,8 +662,8 @@ constexpr int kMaxCluster = 8;  // portable cluster size
 // Grids of about one wave load weights early (see Columns).
 inline bool early_columns(int64_t blocks, int sm_count) { return blocks <= 2 * sm_count; }
 
-// Layernorm grids of at least this many rows of 769-1024 vectors take RowKernelFlat 512 x 2 (see
-// LaunchRowsV).
+// Layernorm and rmsnorm grids of at least this many rows of 769-1024 vectors take RowKernelFlat
+// 512 x 2 (see LaunchRowsV).
 constexpr int64_t kManyRows = 24576;
 
 // Ops with kNoL1 load rows of grids of at most kFewBlocks blocks of one row each, 2 vectors per
@@ -751,12 +835,24 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     //   24576 268.54 -> 267.50, 32768 356.94 -> 355.69 (another run 356.49 -> 355.00), 49152
     //   534.80 -> 532.33 (torch.compile 267.93, 355.79, 532.41)
     // Why fewer rows in flight win only past ~400 MB is not known (DRAM pages or TLB reach are
-    // guesses). rmsnorm (512 x 2 already, 32 registers) and the fused op (512 x 2: 1.001 of
-    // 256 x 4 at 32768 rows) keep their kernels.
+    // guesses). The fused op keeps 256 x 4 (512 x 2: 1.001 of it at 32768 rows). RMSNorm (weights
+    // in the input's 16-bit type) takes Liger's shape there: 512 threads x 2 vectors, the
+    // weights loaded with the row, 3 blocks per SM (39 registers) instead of RowKernel's 4 (32,
+    // weights after the reduction). Measured on the H100, bf16 32768x8192, us (A/B harness,
+    // Liger and torch.compile in the same rounds): 355.8 -> 353.6 (Liger 355.6, torch.compile
+    // 355.2); with 1 or 2 blocks per SM 382.2, 406.8. (The same for layernorm: 2 blocks, 406.8;
+    // 3 spill, 527.9. The fused op's 256 x 4 with its weights first: 715.0, as without.)
     if (!early_columns(blocks, props.sm_count)) {
       const dim3 grid(static_cast<unsigned>(blocks));
       if (n > 384 && n <= 512) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 128, 4>, grid, 128, stream, props, 1, a, attr);
+      }
+      if constexpr (Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
+                    std::is_same_v<T, W>) {
+        if (n > 768 && n <= 1024 && blocks >= kManyRows) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, 3>, grid, 512, stream, props, 1, a,
+                              attr);
+        }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
         if (n > 768 && n <= 1024) {

@@ -21,7 +21,6 @@ import importlib.metadata
 import importlib.util
 import json
 import math
-import random
 import re
 import signal
 import statistics
@@ -77,13 +76,12 @@ MAX_SETS = 1000  # and at most this many sets
 # the H100, bf16 rmsnorm 32768x8192 (one set): 359.0 us per call with one call per replay, 355.4
 # with 40.
 MIN_GRAPH_CALLS = 40
-# The impls of a case are sampled in ROUNDS rounds (each round, every impl for min_ms / ROUNDS,
-# in an order shuffled per round, the same in every run), all their graphs captured first, so
-# that no impl's figure depends on its place in the run. Timed one after the other, the impl that
+# The impls of a case are sampled in rounds (each round, every impl for min_ms / rounds), all
+# their graphs captured first, in the orders of balanced_orders: so that no impl's figure depends
+# on its place in the run or on the impl before it. Timed one after the other, the impl that
 # followed torch.compile ran faster: H100 bf16 fused_add_rmsnorm 8192x4096 in place, whichever
 # of FlashInfer and xkernels came right after it measured 89.6-89.9 us, the other 91.2-91.5
 # (also after 100 ms of warm-up replays, and with the data at its fixed point in both).
-ROUNDS = 5
 CHECK_ROWS = 16  # first and last rows checked against the float64 reference
 CHECK_ELEMS = 4096  # 1-D ops: first and last elements checked
 HOST_CAP, HOST_CAP_QUICK = 1 << 20, 1 << 16  # host path: elements per input at most
@@ -94,6 +92,26 @@ NOTE_WIDTH = 48  # the table's notes are cut (the JSONL keeps them whole)
 
 # --------------------------------------------------------------------------------------------
 # Pure helpers (no torch): bytes, names, shapes, the table.
+
+
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of n impls for the sampling rounds (a Williams design): over the rounds every impl
+    takes every place equally often and follows every other impl equally often (n rounds for an
+    even n, 2n for an odd one; one round for n = 1)."""
+    if n <= 1:
+        return [list(range(n))]
+    first = [0]
+    lo, hi = 1, n - 1
+    while lo <= hi:  # 0, 1, n-1, 2, n-2, ...
+        first.append(lo)
+        lo += 1
+        if lo <= hi:
+            first.append(hi)
+            hi -= 1
+    orders = [[(i + k) % n for i in first] for k in range(n)]
+    if n % 2:
+        orders += [order[::-1] for order in orders]
+    return orders
 
 
 def bytes_moved(op: str, shape: tuple[int, ...], elem: int, weight_elem: int | None = None) -> int:
@@ -993,7 +1011,7 @@ def _timed_row(t: _Timed, op: str, shape, ctx: Context, family: str, nbytes: int
 
 def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], None]) -> None:
     """Every impl of one case: first calls and checks, graphs captured, then (GPU) the samples of
-    all the impls in ROUNDS interleaved rounds; rows emitted in impl order."""
+    all the impls in the interleaved rounds of balanced_orders; rows emitted in impl order."""
     import torch
 
     attrs = ATTRS.get(op, {})
@@ -1019,13 +1037,12 @@ def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], N
             with contextlib.suppress(Exception):  # a sticky CUDA error shows in the next rows
                 torch.cuda.synchronize()
     timed = [t for t in results if isinstance(t, _Timed) and t.timer is not None]
-    for k in range(ROUNDS if timed else 0):
-        order = list(timed)
-        random.Random(k).shuffle(order)
-        for t in order:
+    orders = balanced_orders(len(timed)) if timed else []
+    for order in orders:
+        for t in (timed[i] for i in order):
             if t.error is None:
                 try:
-                    t.timer.sample(ctx.min_ms / ROUNDS, min_samples=2)
+                    t.timer.sample(ctx.min_ms / len(orders), min_samples=2)
                 except Exception as e:  # noqa: BLE001
                     t.error = _error(e)
     for r in results:
