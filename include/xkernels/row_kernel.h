@@ -403,8 +403,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
   const typename Op::Stats s =
       row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, a.cols);
-  store_row(a, at, threadIdx.x, kThreads, x, ok, cols,
-            Op::finalize(s, a.cols, attr), attr);
+  store_row(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
 }
 
 // Persistent cluster rows, staged: while a block works on one row, its share of the next row is
@@ -614,14 +613,13 @@ __global__ void __launch_bounds__(kMaxThreads)
   pdl_release();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     Stats acc = Op::identity();
-    const float shift = row_shift<Op>(a, RowAt<T, W>{a, row, true}, true);
+    const RowAt<T, W> at{a, row, true};
+    const float shift = row_shift<Op>(a, at, true);
     for (int64_t c = 0; c < n; c += chunk) {
       Vec<T, V> x[VPT], r[VPT];
       bool ok[VPT];
-      load_row<Op, T, W, V, VPT>(a, RowAt<T, W>{a, row, true}, true, c + threadIdx.x,
-                                 blockDim.x, n, x, r, ok);
-      add_residual<Op, T, W, V, VPT>(a, RowAt<T, W>{a, row, true}, c + threadIdx.x,
-                                     blockDim.x, x, r, ok);
+      load_row<Op, T, W, V, VPT>(a, at, true, c + threadIdx.x, blockDim.x, n, x, r, ok);
+      add_residual<Op, T, W, V, VPT>(a, at, c + threadIdx.x, blockDim.x, x, r, ok);
       const int count = static_cast<int>((n - c < chunk ? n - c : chunk) * V);
       acc = merge(acc, row_stats<Op, T, V, VPT>(x, ok, block, attr, shift, count));  // uniform
     }
@@ -634,16 +632,13 @@ __global__ void __launch_bounds__(kMaxThreads)
         RowArgs<T, W> b = a;
         b.in = a.res_out;
         b.in_rs = a.res_out_rs;
-        load_row<typename Op::Unfused, T, W, V, VPT>(
-            b, RowAt<T, W>{b, row, true}, true, c + threadIdx.x,
-            blockDim.x, n, x, r, ok);
+        load_row<typename Op::Unfused, T, W, V, VPT>(b, RowAt<T, W>{b, row, true}, true,
+                                                     c + threadIdx.x, blockDim.x, n, x, r, ok);
       } else {
-        load_row<Op, T, W, V, VPT>(a, RowAt<T, W>{a, row, true}, true, c + threadIdx.x,
-                                   blockDim.x, n, x, r, ok);
+        load_row<Op, T, W, V, VPT>(a, at, true, c + threadIdx.x, blockDim.x, n, x, r, ok);
       }
       Columns<Op, T, W, V, VPT, false> cols;
-      store_row(a, RowAt<T, W>{a, row, true}, c + threadIdx.x, blockDim.x, x, ok, cols, p,
-                attr);
+      store_row(a, at, c + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
     }
   }
 }
