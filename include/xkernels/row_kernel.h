@@ -208,14 +208,73 @@ struct Columns {
       if constexpr (Op::kBias) Vec<W, V>::cast_load(fb, a.bias + i * V);
     }
   }
+  XK_DEVICE void ready() const {}  // before the first get: nothing to wait for
+};
+
+// RowKernelFlat's columns in shared memory: each thread copies its own column vectors there
+// (cp.async, no registers held) as the row is loaded, and reads them back after the reduction.
+// 16-byte column vectors; VPT x (weight, bias) x kThreads of them per block.
+template <class Op, typename T, typename W, int V, int VPT, int kThreads>
+struct SharedColumns {
+  static_assert(sizeof(W) * V == 16, "16-byte column vectors");
+  static constexpr int kPerVec = Op::kWeight + Op::kBias;
+  Vec<W, V>* s = storage();  // [VPT][kPerVec][kThreads]
+
+  XK_DEVICE static Vec<W, V>* storage() {
+    __shared__ Vec<W, V> staged[VPT * kPerVec * kThreads];
+    return staged;
+  }
+  XK_DEVICE void load(const RowArgs<T, W>& a, int first, int stride, const bool (&ok)[VPT]) {
+    const int t = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      if (!ok[j]) continue;
+      const int i = first + j * stride;
+      if constexpr (Op::kWeight) copy16(&s[(j * kPerVec) * kThreads + t], a.weight + i * V);
+      if constexpr (Op::kBias) copy16(&s[(j * kPerVec + 1) * kThreads + t], a.bias + i * V);
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+  }
+  // This thread's copies have landed (it reads only its own).
+  XK_DEVICE void ready() const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+  }
+  XK_DEVICE void get(const RowArgs<T, W>&, int j, int64_t, float (&fw)[V], float (&fb)[V]) const {
+    const int t = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < V; ++k) fw[k] = 1.f, fb[k] = 0.f;
+    if constexpr (Op::kWeight) {
+      const Vec<W, V> w = s[(j * kPerVec) * kThreads + t];
+#pragma unroll
+      for (int k = 0; k < V; ++k) fw[k] = to_float(w[k]);
+    }
+    if constexpr (Op::kBias) {
+      const Vec<W, V> b = s[(j * kPerVec + 1) * kThreads + t];
+#pragma unroll
+      for (int k = 0; k < V; ++k) fb[k] = to_float(b[k]);
+    }
+  }
+
+ private:
+  XK_DEVICE static void copy16(Vec<W, V>* dst, const W* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(reduce::smem_addr(dst)),
+                 "l"(src) : "memory");
+#else
+    *dst = *reinterpret_cast<const Vec<W, V>*>(src);
+#endif
+  }
 };
 
 // Write this thread's VPT vectors of one row through Op::apply.
-template <class Op, typename T, typename W, int V, int VPT, bool kEarly, class At>
+template <class Op, typename T, typename W, int V, int VPT, class At, class Cols>
 XK_DEVICE void store_row(const RowArgs<T, W>& a, const At& at, int64_t first, int stride,
-                         const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT],
-                         const Columns<Op, T, W, V, VPT, kEarly>& cols, const typename Op::Param& p,
-                         const typename Op::Attr& attr) {
+                         const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT], const Cols& cols,
+                         const typename Op::Param& p, const typename Op::Attr& attr) {
   T* po = a.out + at.out();
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
@@ -320,7 +379,7 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
     }
     if (!row_ok) return;
     const typename Op::Param p = Op::finalize(s, a.cols, attr);
-    store_row(a, at, first, stride, x, ok, cols, p, attr);
+    store_row<Op>(a, at, first, stride, x, ok, cols, p, attr);
   };
   // Latency grids (kEarly) make one pass: Launch gives them a block, a group of lanes or a
   // cluster per row. Its offsets, and whether there is a row, are computed before pdl_wait(), so
@@ -366,10 +425,13 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
 // in grids past early_columns: RowKernel's runtime strides, persistent loop and per-vector bounds
 // cost registers, hence rows in flight per SM (bf16 fused_add_rmsnorm, 2 vectors x 256 threads:
 // 56 registers, 4 rows per SM; here 4 x 128 threads: 56 registers, 9 rows; layernorm 4 x 256:
-// 71 -> 48 registers, 3 -> 5 rows). Rows load through L1. With kMinBlocks > 0 (Liger's shape
-// for rmsnorm) the columns are loaded with the row, into registers, and ptxas fits kMinBlocks
-// blocks per SM. Measured: see LaunchRowsV.
-template <class Op, typename T, typename W, int kThreads, int VPT, int kMinBlocks = 0>
+// 71 -> 48 registers, 3 -> 5 rows). Rows load through L1. The columns are read from memory
+// after the reduction (kMemory), or loaded with the row: into registers (kRegisters, Liger's
+// shape for rmsnorm, with kMinBlocks blocks per SM), or copied into shared memory (kShared).
+// Measured: see LaunchRowsV.
+enum class ColumnsIn { kMemory, kRegisters, kShared };
+template <class Op, typename T, typename W, int kThreads, int VPT,
+          ColumnsIn kCols = ColumnsIn::kMemory, int kMinBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     RowKernelFlat(const RowArgs<T, W> a, const typename Op::Attr attr) {
   constexpr int V = static_cast<int>(16 / sizeof(T));
@@ -396,14 +458,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       for (int k = 0; k < V; ++k) x[j][k] = from_float<T>(0.f);
     }
   }
-  Columns<Op, T, W, V, VPT, (kMinBlocks > 0)> cols;
-  cols.load(a, threadIdx.x, kThreads, ok);  // a no-op unless kMinBlocks > 0
+  std::conditional_t<kCols == ColumnsIn::kShared, SharedColumns<Op, T, W, V, VPT, kThreads>,
+                     Columns<Op, T, W, V, VPT, kCols == ColumnsIn::kRegisters>>
+      cols;
+  cols.load(a, threadIdx.x, kThreads, ok);  // a no-op for kMemory
   const RowAt<T, W> at{a, row, true};
   const float shift = row_shift<Op>(a, at, true);
   add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
   const typename Op::Stats s =
       row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, a.cols);
-  store_row(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
+  cols.ready();
+  store_row<Op>(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
 }
 
 // Persistent cluster rows, staged: while a block works on one row, its share of the next row is
@@ -479,8 +544,8 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     typename Op::Stats s =
         row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, count);
     s = reduce::cluster_all_reduce(s, typename Op::Merge{}, &exchange, t, Op::identity());
-    store_row(a, RowAt<T, W>{a, row, true}, first, stride, x, ok, cols,
-              Op::finalize(s, a.cols, attr), attr);
+    store_row<Op>(a, RowAt<T, W>{a, row, true}, first, stride, x, ok, cols,
+                  Op::finalize(s, a.cols, attr), attr);
   }
   // No partner writes to this block after its last exchange (each waited for all of them), and
   // no bulk copy is left in flight (each one issued was waited for).
@@ -586,8 +651,8 @@ __global__ void __launch_bounds__(1024)
       Vec<T, V> x[kVPC];
       bool ok[kVPC];
       read(k, slot0, parity0, x, ok);  // landed: no wait
-      store_row(a, RowAt<T, W>{a, row, true}, block_first + k * chunk + threadIdx.x,
-                blockDim.x, x, ok, cols, p, attr);
+      store_row<Op>(a, RowAt<T, W>{a, row, true}, block_first + k * chunk + threadIdx.x,
+                    blockDim.x, x, ok, cols, p, attr);
       __syncthreads();  // every thread has read the slot: the chunk kSlots later may fill it
       if (threadIdx.x == 0) fetch(row, (k + kSlots) / chunks, (k + kSlots) % chunks, slot0);
       if (++slot0 == kSlots) slot0 = 0, parity0 ^= 1;
@@ -638,7 +703,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         load_row<Op, T, W, V, VPT>(a, at, true, c + threadIdx.x, blockDim.x, n, x, r, ok);
       }
       Columns<Op, T, W, V, VPT, false> cols;
-      store_row(a, at, c + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
+      store_row<Op>(a, at, c + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
     }
   }
 }
@@ -837,6 +902,17 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // Liger and torch.compile in the same rounds): 355.8 -> 353.6 (Liger 355.6, torch.compile
     // 355.2); with 1 or 2 blocks per SM 382.2, 406.8. (The same for layernorm: 2 blocks, 406.8;
     // 3 spill, 527.9. The fused op's 256 x 4 with its weights first: 715.0, as without.)
+    // Layernorm with 16-bit columns there copies them into shared memory (cp.async) as it loads
+    // the row, and reads them back after the reduction: no registers held for them, so 32
+    // registers and 4 rows per SM (ptxas's own count: bounded to 4 blocks, it spilled 8 bytes). Measured on the H100, bf16 32768x8192, us, through the bench's
+    // own run_case (same sets, balanced orders), with x and out allocated 0 / 2 / 514 MiB apart:
+    // 356.8 / 357.6 / 356.4 -> 354.9 / 354.8 / 354.2 (torch.compile 355.1 / 355.2 / 355.4). The
+    // same copy with 3 rows per SM: 356.0 / 356.6 / 355.8. Rejected there: the rows loaded with
+    // L1::evict_first (also 32 registers) 360.0 / 360.8 / 359.4; prefetch.global.L1 or .L2 of the
+    // columns with the row, 362.6-369.3. The fused op keeps its columns in memory: in shared
+    // memory they measured 715.3-718.4 over the same layouts, where 256 x 4 holds at 714.6-715.3
+    // (FlashInfer's 1024 x 1 ranges over 711.6-716.9, and that shape in RowKernelFlat over
+    // 712.4-716.8, with the layout).
     if (!early_columns(blocks, props.sm_count)) {
       const dim3 grid(static_cast<unsigned>(blocks));
       if (n > 384 && n <= 512) {
@@ -845,16 +921,21 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
       if constexpr (Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
                     std::is_same_v<T, W>) {
         if (n > 768 && n <= 1024 && blocks >= kManyRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, 3>, grid, 512, stream, props, 1, a,
-                              attr);
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3>, grid, 512,
+                              stream, props, 1, a, attr);
         }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
         if (n > 768 && n <= 1024) {
           if constexpr (!Op::kFusedAdd) {
             if (blocks >= kManyRows) {
-              return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1, a,
-                                  attr);
+              if constexpr (sizeof(W) * V == 16) {
+                return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kShared>, grid, 512,
+                                    stream, props, 1, a, attr);
+              } else {
+                return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1,
+                                    a, attr);
+              }
             }
           }
           return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a,
