@@ -909,10 +909,13 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // 356.8 / 357.6 / 356.4 -> 354.9 / 354.8 / 354.2 (torch.compile 355.1 / 355.2 / 355.4). The
     // same copy with 3 rows per SM: 356.0 / 356.6 / 355.8. Rejected there: the rows loaded with
     // L1::evict_first (also 32 registers) 360.0 / 360.8 / 359.4; prefetch.global.L1 or .L2 of the
-    // columns with the row, 362.6-369.3. The fused op keeps its columns in memory: in shared
-    // memory they measured 715.3-718.4 over the same layouts, where 256 x 4 holds at 714.6-715.3
-    // (FlashInfer's 1024 x 1 ranges over 711.6-716.9, and that shape in RowKernelFlat over
-    // 712.4-716.8, with the layout).
+    // columns with the row, 362.6-369.3. The fused op in place keeps 256 x 4, columns in memory,
+    // which holds at 714.6-716.1 over such layouts, where FlashInfer's 1024 x 1 ranges over
+    // 711.5-716.9 (benchmarks/README.md, Memory layout). Rejected there: 1024 x 1 (FlashInfer's
+    // shape) 712.3-717.3, with its 33 KB of shared memory per block 712.6-718.2; the columns in
+    // shared memory 715.3-718.4; 512 x 2 at 3 blocks per SM 715.2-715.8, at 4 (spilling 24
+    // bytes) 884-886, at 2 743-748; rows loaded L1::evict_first 721.8, prefetch.global.L1 of the
+    // weights 715.8; griddepcontrol.launch_dependents after the stores 714.7-715.0 (even).
     if (!early_columns(blocks, props.sm_count)) {
       const dim3 grid(static_cast<unsigned>(blocks));
       if (n > 384 && n <= 512) {
