@@ -30,6 +30,8 @@ SHAPES = [
     ((600, 4096), "contiguous"),  # blocks past a wave: RowKernelFlat, 128 (fp32: 256) x 4
     ((400, 3200), "contiguous"),  # the same, the last vectors past the row (400 and 800)
     ((300, 7000), "contiguous"),  # 256 x 4 over 875 vectors (fp32: 1750, RowKernel)
+    ((200, 7000), "contiguous"),  # one to two waves of 875 vectors: RowKernelFlat, columns early
+    ((200, 3500), "contiguous"),  # the same for fp32 (875 vectors of 4)
     ((300, 6000), "contiguous"),  # layernorm: 750 vectors over 192 threads x 4, via L1
     ((4, 28672), "contiguous"),  # elementwise, narrower vectors: 4 bytes (fp32: 8), as 1x28672
     ((1100, 6000), "contiguous"),  # elementwise throughput grids (each op's Throughput shape),

@@ -916,6 +916,33 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // shared memory 715.3-718.4; 512 x 2 at 3 blocks per SM 715.2-715.8, at 4 (spilling 24
     // bytes) 884-886, at 2 743-748; rows loaded L1::evict_first 721.8, prefetch.global.L1 of the
     // weights 715.8; griddepcontrol.launch_dependents after the stores 714.7-715.0 (even).
+    // Grids of one to two waves (more rows than SMs, at most early_columns) of 769-1024
+    // vectors: RowKernel's latency kernel takes 512 threads of 72-102 registers, one row per SM,
+    // so it ran them in two waves; RowKernelFlat with the columns loaded with the row fits 3-5
+    // rows per SM. Measured on the H100, bf16 x 8192, us, RowKernel -> RowKernelFlat, 140 / 200
+    // / 264 rows (A/B harness, CUDA graphs, inputs rotating over 3x the L2; Liger in the same
+    // rounds; the fused op with out=):
+    //   rmsnorm, 512 x 2, weights in registers, 3 per SM: 3.94 / 4.26 / 4.66 -> 3.14 / 3.94 /
+    //     4.29 (Liger 3.60 / 4.01 / 4.57; 2 per SM 3.45 / 3.67 / 4.10)
+    //   layernorm, 256 x 4, columns in shared memory: 4.81 / 5.10 / 5.50 -> 3.61 / 4.02 / 4.59
+    //     (Liger 4.01 / 4.36 / 4.85; 512 x 2 so 3.82 / 4.15 / 4.56)
+    //   fused_add_rmsnorm, the same: 5.35 / 5.95 / 7.05 -> 4.29 / 5.08 / 5.91 (Liger 4.65 / 5.34
+    //     / 6.09; columns in memory 4.55 / 5.37 / 6.20)
+    // At 100 rows (one wave either way) RowKernel keeps rmsnorm (2.58 against 2.67) and
+    // layernorm (3.09 against 3.01-3.10).
+    if (n > 768 && n <= 1024 && blocks > props.sm_count &&
+        early_columns(blocks, props.sm_count)) {
+      const dim3 grid(static_cast<unsigned>(blocks));
+      if constexpr (Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
+                    std::is_same_v<T, W>) {
+        return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3>, grid, 512,
+                            stream, props, 1, a, attr);
+      }
+      if constexpr ((Op::kFusedAdd || Op::kBias) && sizeof(W) * V == 16) {
+        return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4, ColumnsIn::kShared>, grid, 256, stream,
+                            props, 1, a, attr);
+      }
+    }
     if (!early_columns(blocks, props.sm_count)) {
       const dim3 grid(static_cast<unsigned>(blocks));
       if (n > 384 && n <= 512) {
