@@ -904,8 +904,9 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // 3 spill, 527.9. The fused op's 256 x 4 with its weights first: 715.0, as without.)
     // Layernorm with 16-bit columns there copies them into shared memory (cp.async) as it loads
     // the row, and reads them back after the reduction: no registers held for them, so 32
-    // registers and 4 rows per SM (ptxas's own count: bounded to 4 blocks, it spilled 8 bytes). Measured on the H100, bf16 32768x8192, us, through the bench's
-    // own run_case (same sets, balanced orders), with x and out allocated 0 / 2 / 514 MiB apart:
+    // registers and 4 rows per SM (ptxas's own count: bounded to 4 blocks, it spilled 8 bytes).
+    // Measured on the H100, bf16 32768x8192, us, through the bench's own run_case (same sets,
+    // balanced orders), with x and out allocated 0 / 2 / 514 MiB apart:
     // 356.8 / 357.6 / 356.4 -> 354.9 / 354.8 / 354.2 (torch.compile 355.1 / 355.2 / 355.4). The
     // same copy with 3 rows per SM: 356.0 / 356.6 / 355.8. Rejected there: the rows loaded with
     // L1::evict_first (also 32 registers) 360.0 / 360.8 / 359.4; prefetch.global.L1 or .L2 of the
@@ -925,41 +926,43 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     //   rmsnorm, 512 x 2, weights in registers, 3 per SM: 3.94 / 4.26 / 4.66 -> 3.14 / 3.94 /
     //     4.29 (Liger 3.60 / 4.01 / 4.57; 2 per SM 3.45 / 3.67 / 4.10)
     //   layernorm, 256 x 4, columns in shared memory: 4.81 / 5.10 / 5.50 -> 3.61 / 4.02 / 4.59
-    //     (Liger 4.01 / 4.36 / 4.85; 512 x 2 so 3.82 / 4.15 / 4.56)
+    //     (Liger 4.01 / 4.36 / 4.85; 512 x 2, columns in shared memory, 3.82 / 4.15 / 4.56)
     //   fused_add_rmsnorm, the same: 5.35 / 5.95 / 7.05 -> 4.29 / 5.08 / 5.91 (Liger 4.65 / 5.34
     //     / 6.09; columns in memory 4.55 / 5.37 / 6.20)
     // At 100 rows (one wave either way) RowKernel keeps rmsnorm (2.58 against 2.67) and
     // layernorm (3.09 against 3.01-3.10).
-    if (n > 768 && n <= 1024 && blocks > props.sm_count &&
-        early_columns(blocks, props.sm_count)) {
-      const dim3 grid(static_cast<unsigned>(blocks));
-      if constexpr (Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
-                    std::is_same_v<T, W>) {
+    // RMSNorm with weights in the input's 16-bit type (weights in registers: Liger's shape), and
+    // the ops with 16-byte column vectors that may go to shared memory.
+    constexpr bool kRmsColumns = Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
+                                 std::is_same_v<T, W>;
+    constexpr bool kSharedColumns = (Op::kFusedAdd || Op::kBias) && sizeof(W) * V == 16;
+    const dim3 grid(static_cast<unsigned>(blocks));
+    const bool n1024 = n > 768 && n <= 1024;
+    if (n1024 && blocks > props.sm_count && early_columns(blocks, props.sm_count)) {
+      if constexpr (kRmsColumns) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3>, grid, 512,
                             stream, props, 1, a, attr);
       }
-      if constexpr ((Op::kFusedAdd || Op::kBias) && sizeof(W) * V == 16) {
+      if constexpr (kSharedColumns) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4, ColumnsIn::kShared>, grid, 256, stream,
                             props, 1, a, attr);
       }
     }
     if (!early_columns(blocks, props.sm_count)) {
-      const dim3 grid(static_cast<unsigned>(blocks));
       if (n > 384 && n <= 512) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 128, 4>, grid, 128, stream, props, 1, a, attr);
       }
-      if constexpr (Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
-                    std::is_same_v<T, W>) {
-        if (n > 768 && n <= 1024 && blocks >= kManyRows) {
+      if constexpr (kRmsColumns) {
+        if (n1024 && blocks >= kManyRows) {
           return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3>, grid, 512,
                               stream, props, 1, a, attr);
         }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
-        if (n > 768 && n <= 1024) {
+        if (n1024) {
           if constexpr (!Op::kFusedAdd) {
             if (blocks >= kManyRows) {
-              if constexpr (sizeof(W) * V == 16) {
+              if constexpr (kSharedColumns) {
                 return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kShared>, grid, 512,
                                     stream, props, 1, a, attr);
               } else {
