@@ -93,6 +93,14 @@ def test_softmax_rows_of_neg_inf_and_long_rows(dtype, cols):
                           device="cuda"), atol=cols * 1e-3 if dtype != torch.float32 else 1e-4)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_rows_in_two_large_shares(dtype):
+    """Rows split over 2 blocks with shares of more than 64 KB (16-bit 65537-131072, float32
+    32769-65536), in grids past a wave: RowKernelSmem's bulk stores. 131000 and 65000 leave the
+    second share's last chunk partial."""
+    check("softmax", (300, 65000 if dtype == torch.float32 else 131000), dtype, "cuda")
+
+
 @pytest.mark.parametrize("cols", [128, 4096, 20000, 262144])
 def test_norm_in_place_through_out(cols):
     x = torch.randn(7, cols, device="cuda", dtype=torch.bfloat16)

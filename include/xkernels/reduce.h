@@ -163,6 +163,38 @@ XK_DEVICE void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* b
 #endif
 }
 
+// One thread's bulk store (sm_90 TMA, no tensor map) of `bytes` (a multiple of 16, both addresses
+// 16-byte aligned) from this block's shared memory to global, as one bulk group. The block's
+// writes to `src` must be before it: each writer's fence_proxy_async, then a barrier.
+XK_DEVICE void bulk_store(void* dst, const void* src, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+
+// Order this thread's generic-proxy accesses to shared memory before later bulk copies' (async
+// proxy) accesses.
+XK_DEVICE void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Wait (the thread that issued them) until all but the newest N bulk stores have read their
+// shared memory (kRead), or have completed.
+template <int N, bool kRead>
+XK_DEVICE void bulk_store_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kRead) {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+  } else {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+  }
+#endif
+}
+
 // Wait until the mbarrier `bar` completes the phase of the given parity.
 XK_DEVICE void mbarrier_wait(uint64_t* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -291,6 +291,25 @@ XK_DEVICE void store_row(const RowArgs<T, W>& a, const At& at, int64_t first, in
   }
 }
 
+// store_row into shared memory: vector j (index first + j * stride of the row) to dst[j * stride].
+// (Not store_row with a destination: its kernels' PTX would change, in instruction order only.)
+template <class Op, typename T, typename W, int V, int VPT, class Cols>
+XK_DEVICE void stage_row(const RowArgs<T, W>& a, Vec<T, V>* dst, int64_t first, int stride,
+                         const Vec<T, V> (&x)[VPT], const bool (&ok)[VPT], const Cols& cols,
+                         const typename Op::Param& p, const typename Op::Attr& attr) {
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    if (!ok[j]) continue;
+    float w[V], b[V], y[V];
+    cols.get(a, j, first + static_cast<int64_t>(j) * stride, w, b);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      y[k] = Op::apply(Op::prep(to_float(x[j][k]), attr), w[k], b[k], p, attr);
+    }
+    Vec<T, V>::cast_store(reinterpret_cast<T*>(dst + j * stride), y);
+  }
+}
+
 // At most 4 vectors per thread and 512 threads per block: every kernel fits in 128 registers
 // without spilling.
 constexpr int kMaxThreads = 512;
@@ -556,12 +575,15 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
 // stream through a ring of kSlots chunk-sized slots of dynamic shared memory: each chunk
 // arrives by one bulk copy (issued by one thread) counted on its slot's mbarrier. The statistics
 // are reduced chunk by chunk as the chunks land; after the exchange the output pass rewrites the
-// row chunk by chunk, and once every thread has read a slot, the chunk kSlots ahead is on its
-// way into it. With more slots than a share has chunks, the next row is already arriving while
-// this one is reduced and exchanged. Registers hold one chunk at a time, so a share is bounded by
-// shared memory, not registers: a 256 KB row takes 2 blocks (one per SM, which pack the GPCs
-// fully) instead of 8.
-template <class Op, typename T, typename W, int V, int kVPC, int kSlots>
+// row chunk by chunk. Without kBulkStore each thread stores its vectors, and once every thread
+// has read a slot, the chunk kSlots ahead is on its way into it. With kBulkStore each chunk is
+// rewritten in its slot and sent out by one bulk store; once a chunk's store has read its slot
+// (checked a chunk later, after this thread has rewritten the next one, so that the wait is
+// rarely felt), the chunk kSlots after it is on its way into that slot. With more slots than a
+// share has chunks, the next row is already arriving while this one is reduced and exchanged.
+// Registers hold one chunk at a time, so a share is bounded by shared memory, not registers: a
+// 256 KB row takes 2 blocks (one per SM, which pack the GPCs fully) instead of 8.
+template <class Op, typename T, typename W, int V, int kVPC, int kSlots, bool kBulkStore>
 __global__ void __launch_bounds__(1024)
     RowKernelSmem(const RowArgs<T, W> a, const typename Op::Attr attr, int share_max, int c) {
   static_assert(sizeof(T) * V == 16 && !Op::kFusedAdd, "16-byte vectors of one input");
@@ -601,6 +623,15 @@ __global__ void __launch_bounds__(1024)
                       a.in + a.in_rs.offset(row) + (block_first + k * chunk) * V,
                       static_cast<unsigned>(m) * 16u, &full[slot]);
   };
+  // kBulkStore: thread 0 fetches the block's chunks in sequence, each into the next slot round
+  // the ring: chunk fk of the row frow into slot fslot.
+  int64_t frow = base;
+  int fk = 0, fslot = 0;
+  const auto fetch_next = [&]() {
+    fetch(frow, 0, fk, fslot);
+    if (++fk == chunks) fk = 0, frow += step;
+    if (++fslot == kSlots) fslot = 0;
+  };
   // This thread's vectors j of chunk k, from `slot` once its fill of `parity` has landed:
   // indices threadIdx.x + j * blockDim.x of the slot, where below the share.
   const auto read = [&](int k, int slot, unsigned parity, Vec<T, V>(&x)[kVPC], bool(&ok)[kVPC]) {
@@ -621,7 +652,13 @@ __global__ void __launch_bounds__(1024)
   // Chunks fill the slots in sequence, round after round: chunk k of the row after row r sits
   // `chunks` slots after chunk k of row r; each round flips the fill's parity.
   if (chunks > 0 && threadIdx.x == 0) {
-    for (int g = 0; g < kSlots; ++g) fetch(base, g / chunks, g % chunks, g);
+    for (int g = 0; g < kSlots; ++g) {
+      if constexpr (kBulkStore) {
+        fetch_next();
+      } else {
+        fetch(base, g / chunks, g % chunks, g);
+      }
+    }
   }
   int slot0 = 0;         // slot of the row's first chunk
   unsigned parity0 = 0;  // parity of its fill
@@ -647,19 +684,40 @@ __global__ void __launch_bounds__(1024)
     if (c > 1) s = reduce::cluster_all_reduce(s, Merge{}, &exchange, t, Op::identity());
     const typename Op::Param p = Op::finalize(s, a.cols, attr);
     Columns<Op, T, W, V, kVPC, false> cols;
+    T* po = a.out + a.out_rs.offset(row);
     for (int k = 0; k < chunks; ++k) {
       Vec<T, V> x[kVPC];
       bool ok[kVPC];
       read(k, slot0, parity0, x, ok);  // landed: no wait
-      store_row<Op>(a, RowAt<T, W>{a, row, true}, block_first + k * chunk + threadIdx.x,
-                    blockDim.x, x, ok, cols, p, attr);
-      __syncthreads();  // every thread has read the slot: the chunk kSlots later may fill it
-      if (threadIdx.x == 0) fetch(row, (k + kSlots) / chunks, (k + kSlots) % chunks, slot0);
+      const int64_t first = block_first + k * chunk;
+      if constexpr (kBulkStore) {
+        Vec<T, V>* slot = ring + slot0 * chunk;
+        stage_row<Op>(a, slot + threadIdx.x, first + threadIdx.x, blockDim.x, x, ok, cols, p, attr);
+        reduce::fence_proxy_async();
+        if (threadIdx.x == 0 && (t > 0 || k > 0)) {
+          reduce::bulk_store_wait<0, true>();  // the block's chunk before this one
+          fetch_next();
+        }
+        __syncthreads();  // the chunk is rewritten
+        if (threadIdx.x == 0) {
+          reduce::bulk_store(po + first * V, slot,
+                             static_cast<unsigned>(min(chunk, share - k * chunk)) * 16u);
+        }
+      } else {
+        store_row<Op>(a, RowAt<T, W>{a, row, true}, first + threadIdx.x, blockDim.x, x, ok, cols,
+                      p, attr);
+        __syncthreads();  // every thread has read the slot: the chunk kSlots later may fill it
+        if (threadIdx.x == 0) fetch(row, (k + kSlots) / chunks, (k + kSlots) % chunks, slot0);
+      }
       if (++slot0 == kSlots) slot0 = 0, parity0 ^= 1;
     }
   }
   // No partner writes to this block after its last exchange (each waited for all of them), and
-  // no bulk copy is left in flight: each one issued was for a row this block then waited for.
+  // no bulk copy is left in flight: each load issued was for a row this block then waited for,
+  // and each block waits for its stores (the newest still reads its slot).
+  if constexpr (kBulkStore) {
+    if (threadIdx.x == 0) reduce::bulk_store_wait<0, false>();
+  }
 }
 
 // Rows too long for registers: pass 1 reduces chunk by chunk, merging the chunks' statistics (and,
@@ -807,12 +865,13 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
 // KB, a ring of 6 chunks (192 KB); shares of at most 64 KB where one or two blocks hold the row
 // (the ring holds three rows' shares, so two are arriving while one is reduced), else of at most
 // 128 KB. Measured on the H100, softmax bf16, GB/s:
-//   4096x131072  2780-2826  (RowKernel's persistent clusters of 8 blocks: 2612)
+//   4096x131072  2780-2826  (RowKernel's persistent clusters of 8 blocks: 2612; now with bulk
+//                stores, 2851-2873: see LaunchSmemClusters)
 //   2048x262144  2757-2771  (RowKernelLong: 775)
 //   16384x32768  2928  (RowKernel: 2783);  8192x65536: 2795 (2770)
 // and rejected: shares of 64 KB for 256 KB rows (clusters of 4) 2532; 512 threads x 4 vectors
 // 2768; 16 KB chunks 2700; a ring of 4 or 7 chunks 2602, 2595; 256 threads 1584; bulk (TMA)
-// stores from the slots, each waited for before the slot refills, 2656; 2 blocks per SM of 64
+// stores from the slots, each waited for right after it is issued, 2656; 2 blocks per SM of 64
 // KB shares 2566. Ops with weights lose here (rmsnorm 4096x131072: 2278 vs RowKernelStaged's
 // 2611): with shared memory full there is no L1 left to keep the weights, which every row
 // re-reads from L2.
@@ -829,15 +888,11 @@ inline int SmemClusterSize(int64_t n, const DeviceProps& props) {
   return c <= kMaxCluster ? static_cast<int>(c) : 0;
 }
 
-// Rows over persistent clusters of c = SmemClusterSize(n, props) blocks of RowKernelSmem, as many
-// as fit at once (at most one per row).
-template <class Op, typename T, typename W, int V>
+// The launch of RowKernelSmem with shares of `share` vectors.
+template <class Op, typename T, typename W, int V, bool kBulkStore>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
-                               const DeviceProps& props, cudaStream_t stream) {
-  constexpr auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots>;
-  // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
-  // where the row does.
-  const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
+                               int share, const DeviceProps& props, cudaStream_t stream) {
+  constexpr auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots, kBulkStore>;
   int clusters = 0;
   XK_CUDA_TRY(CachedFit<kernel>(c, &clusters, [&](int* fit) {
     XK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -856,6 +911,33 @@ cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& 
   const LaunchConfig lc(dim3(static_cast<unsigned>(blocks)), kSmemThreads, stream, c,
                         UsePDL(props), kSmemBytes);
   return cudaLaunchKernelEx(&lc.cfg, kernel, a, attr, share, c);
+}
+
+// Rows over persistent clusters of c = SmemClusterSize(n, props) blocks of RowKernelSmem, as many
+// as fit at once (at most one per row). Rows split in two shares of more than kSmemSmallShare
+// vectors (129-256 KB: vocabulary-sized rows of 16-bit logits) are written by bulk stores.
+// Measured on the H100, bf16, us, thread stores -> bulk stores (old/new A/B, CUDA graphs,
+// inputs rotating over 3x the L2): softmax 4096x131072 765.3 -> 747.5 (2806 -> 2873 GB/s;
+// another run 766.1 -> 753.2). Thread stores are what limit this kernel there: from its
+// 1024-thread blocks they write 1440 GB/s when nothing is read, bulk stores 3135 (diagnostic
+// variants that skip the loads). Rejected: the wait for the store before and the refill issued
+// right after the chunk's own store, 750-758; a refill lag of 2 chunks 747 (1 chunk: 736 in that
+// run); a ring of 7 slots 846; 16 KB chunks 852-860. One variant measured 736 in the A/B harness
+// where this kernel measured 751 (the same steps; its thread 0 computed the refill's place with
+// 64-bit divisions, where this one advances a cursor); moved here, it measured 750. Why it was
+// faster there is not known. Elsewhere bulk stores lost or tied: rows of 262144 and 524288 (4
+// and 8 blocks) 774.1 -> 786.9 and 775.8 -> 788.8 (rmsnorm 2048x262144 gained, 1019.1 ->
+// 1006.9); shares of 64 KB, where the refill's lag behind the store is a third of a share,
+// 8192x65536 768 -> 779-784, 16384x32768 733.5 -> 739.9.
+template <class Op, typename T, typename W, int V>
+cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
+                               const DeviceProps& props, cudaStream_t stream) {
+  // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
+  // where the row does.
+  const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
+  return c == 2 && share > kSmemSmallShare
+             ? LaunchSmemClusters<Op, T, W, V, true>(a, attr, c, share, props, stream)
+             : LaunchSmemClusters<Op, T, W, V, false>(a, attr, c, share, props, stream);
 }
 
 // Launch with a fixed vector width V: pick the scope and vectors per thread from the row length.
