@@ -148,13 +148,21 @@ XK_DEVICE void mbarrier_init(uint64_t* bar, unsigned count) {
 #endif
 }
 
+// Order this thread's generic-proxy accesses to shared memory before later bulk copies' (async
+// proxy) accesses.
+XK_DEVICE void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // One thread's bulk copy (sm_90 TMA, no tensor map) of `bytes` (a multiple of 16, both
 // addresses 16-byte aligned) from global to this block's shared memory, counted on the mbarrier
 // `bar`, which the same thread arms for those bytes first. Where the block read `dst` before,
 // call it after a barrier: the proxy fence then orders those reads before the copy's writes.
 XK_DEVICE void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  fence_proxy_async();
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
                "r"(bytes) : "memory");
   asm volatile(
@@ -171,14 +179,6 @@ XK_DEVICE void bulk_store(void* dst, const void* src, unsigned bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
                "r"(smem_addr(src)), "r"(bytes) : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-#endif
-}
-
-// Order this thread's generic-proxy accesses to shared memory before later bulk copies' (async
-// proxy) accesses.
-XK_DEVICE void fence_proxy_async() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }
 
