@@ -58,15 +58,17 @@ def test_cuda_matches_reference(op, dtype, shape, layout):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "gemma_rmsnorm"])
+@pytest.mark.parametrize(
+    "op", ["layernorm", "rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm"])
 def test_norm_many_rows(op, dtype):
     """Grids of kManyRows (24576) rows or more of 769-1024 vectors (875: 7000 16-bit, 3500
     float32): RowKernelFlat 512 x 2, the columns loaded with the row (rmsnorm: into registers,
-    3 blocks per SM; layernorm: into shared memory)."""
+    3 blocks per SM; layernorm: into shared memory); the fused ops 1024 x 1, the last 149
+    threads past the row."""
     check(op, (24577, 3500 if dtype == torch.float32 else 7000), dtype, "cuda")
 
 
-@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "fused_add_rmsnorm"])
 def test_norm_many_rows_float32_weights(op):
     """The same grids with float32 columns for bf16 rows: their columns after the reduction."""
     check(op, (24577, 7000), torch.bfloat16, "cuda", weight_dtype=torch.float32)

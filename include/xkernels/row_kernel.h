@@ -485,7 +485,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const float shift = row_shift<Op>(a, at, true);
   add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
   const typename Op::Stats s =
-      row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<>{smem}, attr, shift, a.cols);
+      row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducerOnce<kThreads / 32>{smem}, attr, shift,
+                               a.cols);
   cols.ready();
   store_row<Op>(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
 }
@@ -992,13 +993,23 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // 356.8 / 357.6 / 356.4 -> 354.9 / 354.8 / 354.2 (torch.compile 355.1 / 355.2 / 355.4). The
     // same copy with 3 rows per SM: 356.0 / 356.6 / 355.8. Rejected there: the rows loaded with
     // L1::evict_first (also 32 registers) 360.0 / 360.8 / 359.4; prefetch.global.L1 or .L2 of the
-    // columns with the row, 362.6-369.3. The fused op in place keeps 256 x 4, columns in memory,
-    // which holds at 714.6-716.1 over such layouts, where FlashInfer's 1024 x 1 ranges over
-    // 711.5-716.9 (benchmarks/README.md, Memory layout). Rejected there: 1024 x 1 (FlashInfer's
-    // shape) 712.3-717.3, with its 33 KB of shared memory per block 712.6-718.2; the columns in
-    // shared memory 715.3-718.4; 512 x 2 at 3 blocks per SM 715.2-715.8, at 4 (spilling 24
-    // bytes) 884-886, at 2 743-748; rows loaded L1::evict_first 721.8, prefetch.global.L1 of the
-    // weights 715.8; griddepcontrol.launch_dependents after the stores 714.7-715.0 (even).
+    // columns with the row, 362.6-369.3. Fused-add ops there take 1024 x 1 (FlashInfer's shape,
+    // 2 rows per SM), columns in memory, with the one-shot block reduction (30 registers; with
+    // BlockReducer's two barriers and rolled chain, 38). Measured on the H100, bf16 32768x8192 in
+    // place, us, through the bench's own run_case (FlashInfer in the same rounds), x and the
+    // residual in the bench's own allocations, then carved from one allocation 0 / 2 / 6 / 14 MiB
+    // apart: 256 x 4 714.2 / 714.2 / 714.8 / 715.1 / 714.9 -> 713.8 / 715.4 / 714.5 / 712.4 /
+    // 715.1 (FlashInfer 714.2 / 716.6 / 714.7 / 712.3 / 715.4 in the same run): 256 x 4 holds
+    // in every layout, 1024 x 1 gains where the layout lets FlashInfer gain (benchmarks/README.md,
+    // Memory layout), and is never behind it by more than 0.1. With out= (Liger's form):
+    // 713.2 / 713.6 / 713.7 / 712.9 / 714.4 -> 711.3 / 710.6 / 712.5 / 709.8 / 710.2. Rejected
+    // there: RowKernelFlat 1024 x 1 with BlockReducer 712.9-717.4 (FlashInfer 712.2-717.1);
+    // persistent blocks fed whole rows (x and residual) by bulk copies into a ring of 3-6 rows
+    // of shared memory, with bulk or thread stores, 737-748; the columns in shared memory
+    // 715.3-718.4; 512 x 2 at 3 blocks per SM 715.2-715.8, at 4 (spilling 24 bytes) 884-886, at 2
+    // 743-748; rows loaded L1::evict_first 721.8, prefetch.global.L1 of the weights 715.8;
+    // griddepcontrol.launch_dependents after the stores 714.7-715.0 (even); 256 x 4 with all of
+    // x loaded before the residual, or the residual first: no change.
     // Grids of one to two waves (more rows than SMs, at most early_columns) of 769-1024
     // vectors: RowKernel's latency kernel takes 512 threads of 72-102 registers, one row per SM,
     // so it ran them in two waves; RowKernelFlat with the columns loaded with the row fits 3-5
@@ -1041,18 +1052,19 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
         }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
-        if (n1024) {
-          if constexpr (!Op::kFusedAdd) {
-            if (blocks >= kManyRows) {
-              if constexpr (kSharedColumns) {
-                return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kShared>, grid, 512,
-                                    stream, props, 1, a, attr);
-              } else {
-                return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1,
-                                    a, attr);
-              }
-            }
+        if (n1024 && blocks >= kManyRows) {
+          if constexpr (Op::kFusedAdd) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 1024, 1>, grid, 1024, stream, props, 1, a,
+                                attr);
+          } else if constexpr (kSharedColumns) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kShared>, grid, 512,
+                                stream, props, 1, a, attr);
+          } else {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2>, grid, 512, stream, props, 1, a,
+                                attr);
           }
+        }
+        if (n1024) {
           return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a,
                               attr);
         }
