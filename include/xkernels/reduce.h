@@ -82,20 +82,42 @@ struct GroupReducer {
 // 1x4096 1.88 -> 1.71 us, fused_add_rmsnorm 128x4096 3.61 -> 3.28. Merges with their own `lanes`
 // reduce the partials with it instead (one partial per lane). `smem` holds 32 values of up to 16
 // bytes. Ends with a barrier, so calls may follow each other.
-template <bool kLowLatency = false>
+// With kWarps > 0 (the block's count of warps), for a block's only reduction (kernels of one row
+// per block): no trailing barrier, as nothing reuses the scratch, and scalar partials merged in
+// an unrolled chain. Wider ones keep the rolled loop: unrolled, layernorm's pairs took registers
+// (bf16 512 x 2, columns in shared memory: 32 -> 58, so 2 blocks per SM instead of 4; H100,
+// 32768x8192: 354.5 -> 406.6 us). Used by RowKernelFlat; measured there on the H100, bf16, us,
+// against the general form (A/B harness, peers in the same rounds): 200x8192 rmsnorm 4.48 ->
+// 4.14, layernorm 4.57 -> 4.49, fused_add_rmsnorm 6.23 -> 6.03; 8192x4096 the same within 0.15;
+// 32768x8192 layernorm 354.5 -> 354.5, rmsnorm 353.2 -> 353.7 (353.0 -> 353.7 in another run;
+// still under Liger and torch.compile in the bench).
+template <bool kLowLatency = false, int kWarps = 0>
 struct BlockReducer {
+  static_assert(kWarps >= 0 && kWarps <= 32, "at most 32 warps");
   void* smem;
   template <typename T, typename Merge>
   XK_DEVICE T operator()(T v, Merge merge) const {
     static_assert(sizeof(T) <= 16, "the block reducer's scratch holds 16-byte values");
     T* s = static_cast<T*>(smem);
-    const int warps = static_cast<int>(blockDim.x >> 5), lane = threadIdx.x & 31;
+    const int warps = kWarps > 0 ? kWarps : static_cast<int>(blockDim.x >> 5);
+    const int lane = threadIdx.x & 31;
     v = warp_all_reduce(v, merge);
     if (lane == 0) s[threadIdx.x >> 5] = v;
     __syncthreads();
     T total;
     if constexpr (HasLanes<Merge, T>::value) {
       total = Merge::lanes(lane < warps ? s[lane] : Merge::identity(), 32);
+      if constexpr (kWarps > 0) return total;
+    } else if constexpr (kWarps > 0) {
+      total = s[0];
+      if constexpr (sizeof(T) <= 4) {
+#pragma unroll
+        for (int i = 1; i < kWarps; ++i) total = merge(total, s[i]);
+      } else {
+#pragma unroll 1
+        for (int i = 1; i < kWarps; ++i) total = merge(total, s[i]);
+      }
+      return total;
     } else if constexpr (kLowLatency) {
       constexpr int kMaxWarps = 32;
       total = s[0];
@@ -109,43 +131,6 @@ struct BlockReducer {
     }
     __syncthreads();
     return total;
-  }
-};
-
-// A block's only reduction (kernels of one row per block): BlockReducer's steps without its
-// trailing barrier, as nothing reuses the scratch, and with the count of warps known, so that
-// scalar partials are merged in an unrolled chain. Wider ones keep the rolled loop: unrolled,
-// layernorm's pairs took registers (bf16 512 x 2, columns in shared memory: 32 -> 58, so 2
-// blocks per SM instead of 4; H100, 32768x8192: 354.5 -> 406.6 us). Used by RowKernelFlat;
-// measured there on the H100, bf16, us, against BlockReducer (A/B harness, peers in the same
-// rounds): 200x8192 rmsnorm 4.48 -> 4.14, layernorm 4.57 -> 4.49, fused_add_rmsnorm 6.23 ->
-// 6.03; 8192x4096 the same within 0.15; 32768x8192 layernorm 354.5 -> 354.5, rmsnorm 353.2 ->
-// 353.7 (353.0 -> 353.7 in another run; still under Liger and torch.compile in the bench).
-template <int kWarps>
-struct BlockReducerOnce {
-  void* smem;
-  template <typename T, typename Merge>
-  XK_DEVICE T operator()(T v, Merge merge) const {
-    static_assert(sizeof(T) <= 16, "the block reducer's scratch holds 16-byte values");
-    static_assert(kWarps >= 1 && kWarps <= 32, "at most 32 warps");
-    T* s = static_cast<T*>(smem);
-    const int lane = threadIdx.x & 31;
-    v = warp_all_reduce(v, merge);
-    if (lane == 0) s[threadIdx.x >> 5] = v;
-    __syncthreads();
-    if constexpr (HasLanes<Merge, T>::value) {
-      return Merge::lanes(lane < kWarps ? s[lane] : Merge::identity(), 32);
-    } else if constexpr (sizeof(T) <= 4) {
-      T total = s[0];
-#pragma unroll
-      for (int i = 1; i < kWarps; ++i) total = merge(total, s[i]);
-      return total;
-    } else {
-      T total = s[0];
-#pragma unroll 1
-      for (int i = 1; i < kWarps; ++i) total = merge(total, s[i]);
-      return total;
-    }
   }
 };
 

@@ -485,8 +485,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const float shift = row_shift<Op>(a, at, true);
   add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
   const typename Op::Stats s =
-      row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducerOnce<kThreads / 32>{smem}, attr, shift,
-                               a.cols);
+      row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<false, kThreads / 32>{smem}, attr,
+                               shift, a.cols);
   cols.ready();
   store_row<Op>(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
 }
@@ -994,8 +994,8 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // same copy with 3 rows per SM: 356.0 / 356.6 / 355.8. Rejected there: the rows loaded with
     // L1::evict_first (also 32 registers) 360.0 / 360.8 / 359.4; prefetch.global.L1 or .L2 of the
     // columns with the row, 362.6-369.3. Fused-add ops there take 1024 x 1 (FlashInfer's shape,
-    // 2 rows per SM), columns in memory, with the one-shot block reduction (30 registers; with
-    // BlockReducer's two barriers and rolled chain, 38). Measured on the H100, bf16 32768x8192 in
+    // 2 rows per SM), columns in memory, with BlockReducer's one-row form (30 registers; with its
+    // general form's two barriers and rolled chain, 38). Measured on the H100, bf16 32768x8192 in
     // place, us, through the bench's own run_case (FlashInfer in the same rounds), x and the
     // residual in the bench's own allocations, then carved from one allocation 0 / 2 / 6 / 14 MiB
     // apart: 256 x 4 714.2 / 714.2 / 714.8 / 715.1 / 714.9 -> 713.8 / 715.4 / 714.5 / 712.4 /
