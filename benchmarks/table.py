@@ -18,6 +18,11 @@ HEADER = ("| op | shape | xkernels ms | xkernels GB/s | best peer | peer GB/s | 
           "xkernels / peer time |\n|---|---|---|---|---|---|---|")
 
 
+def fmt_ratio(q: float) -> str:
+    """Three decimals; four where three would read 1.000, so that a near tie shows its side."""
+    return f"{q:.4f}" if f"{q:.3f}" == "1.000" else f"{q:.3f}"
+
+
 def table(gpu: str = "h100") -> str:
     from xkernels.bench import best_peers, fmt_shape
 
@@ -31,7 +36,7 @@ def table(gpu: str = "h100") -> str:
             r, p = rows[i], rows[j]
             op = r["op"] + (" (out=)" if r["impl"] == "xkernels out=" else "")
             lines.append(f"| {op} | {fmt_shape(r['shape'])} | {r['ms']:.4f} | {r['gbps']:.0f} | "
-                         f"{p['impl']} | {p['gbps']:.0f} | {r['ms'] / p['ms']:.3f} |")
+                         f"{p['impl']} | {p['gbps']:.0f} | {fmt_ratio(r['ms'] / p['ms'])} |")
     return "\n".join(lines)
 
 

@@ -83,11 +83,19 @@ def test_rotation_and_check_rows():
     assert bench.input_bytes("fused_add_rmsnorm", (8192, 4096), 2) == 2 * 8192 * 4096 * 2
     assert bench.input_bytes("mul_add", (1 << 28,), 2) == 3 << 29
     assert bench.n_sets(bench.input_bytes("rmsnorm", (1, 4096), 2), l2) == bench.MAX_SETS
-    assert bench.n_sets(bench.input_bytes("rmsnorm", (32768, 8192), 2), l2) == 1
-    # 64 MiB of input per set: 3 sets; 128 MiB (x and residual): 2, where the bytes moved
-    # per call (256 MiB) would have let one set pass
+    # 512 MiB of input per set would cover the L2 alone: MIN_SETS layouts all the same
+    big = bench.input_bytes("rmsnorm", (32768, 8192), 2)
+    assert bench.n_sets(big, l2) == bench.MIN_SETS == 3
+    # 64 MiB of input per set: 3 sets; 128 MiB (x and residual): 2 would cover the L2 (where
+    # the bytes moved per call, 256 MiB, would have let one set pass), MIN_SETS is 3
     assert bench.n_sets(bench.input_bytes("rmsnorm", (8192, 4096), 2), l2) == 3
-    assert bench.n_sets(bench.input_bytes("fused_add_rmsnorm", (8192, 4096), 2), l2) == 2
+    assert bench.n_sets(bench.input_bytes("fused_add_rmsnorm", (8192, 4096), 2), l2) == 3
+    # fewer where the free memory cannot hold them (inputs and an output as large, per set)
+    assert bench.n_sets(big, l2, free_bytes=80 << 30) == 3
+    assert bench.n_sets(big, l2, free_bytes=int(5 * big / bench.SET_MEMORY_SHARE)) == 2
+    assert bench.n_sets(big, l2, free_bytes=big) == 1
+    assert bench.n_sets(bench.input_bytes("rmsnorm", (1, 4096), 2), l2, free_bytes=1 << 30) \
+        == bench.MAX_SETS
     for op in ("rmsnorm", "fused_add_rmsnorm", "layernorm"):
         one = bench.input_bytes(op, (128, 4096), 2)
         assert bench.n_sets(one, l2) * one >= 3 * l2

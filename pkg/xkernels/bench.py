@@ -71,6 +71,12 @@ OVERHEAD_ROUNDS = 15  # host-cost rounds of every impl (3 with --quick)
 
 L2_FACTOR = 3  # rotating input sets cover at least this many times the L2
 MAX_SETS = 1000  # and at most this many sets
+# and at least this many, where the GPU's free memory holds them (SET_MEMORY_SHARE of it): each
+# set's tensors land on their own pages, so the shapes whose one set would cover the L2 are timed
+# over several memory layouts instead of one. At 32768x8192 the layout alone moved FlashInfer's
+# in-place fused_add_rmsnorm between 712 and 717 us (benchmarks/README.md, Memory layout).
+MIN_SETS = 3
+SET_MEMORY_SHARE = 0.3
 # A graph makes at least this many calls (cycling through the sets): a replay and its events
 # cost a few microseconds, which one call per replay would add to each call's time. Measured on
 # the H100, bf16 rmsnorm 32768x8192 (one set): 359.0 us per call with one call per replay, 355.4
@@ -188,13 +194,18 @@ def input_bytes(op: str, shape: tuple[int, ...], elem: int) -> int:
     return sum(x.role != "column" for x in OPS[op].inputs) * math.prod(shape) * elem
 
 
-def n_sets(set_bytes: int, l2_bytes: int) -> int:
+def n_sets(set_bytes: int, l2_bytes: int, free_bytes: int | None = None) -> int:
     """Input sets to rotate so that their inputs (`set_bytes` each) cover L2_FACTOR x the L2
-    (1 .. MAX_SETS). Counted by the bytes a call moves instead, one set of an 8192x4096
-    fused_add_rmsnorm (128 MiB of inputs, rewritten in place) had passed, and what the L2 kept of
-    it from the call before varied: on the H100, FlashInfer's kernel measured 90.75 us there in a
-    full norm run and 94.85 in a run of that case alone (91.4 with two sets)."""
-    return max(1, min(MAX_SETS, math.ceil(L2_FACTOR * l2_bytes / max(1, set_bytes))))
+    (MIN_SETS .. MAX_SETS), fewer where `free_bytes` is given and SET_MEMORY_SHARE of it cannot
+    hold MIN_SETS of them with an output as large as the inputs each (at least 1). Counted by
+    the bytes a call moves instead, one set of an 8192x4096 fused_add_rmsnorm (128 MiB of inputs,
+    rewritten in place) had passed, and what the L2 kept of it from the call before varied: on
+    the H100, FlashInfer's kernel measured 90.75 us there in a full norm run and 94.85 in a run
+    of that case alone (91.4 with two sets)."""
+    n = max(MIN_SETS, min(MAX_SETS, math.ceil(L2_FACTOR * l2_bytes / max(1, set_bytes))))
+    if free_bytes is not None and n == MIN_SETS:
+        n = min(n, int(SET_MEMORY_SHARE * free_bytes) // max(1, 2 * set_bytes))
+    return max(1, n)
 
 
 def check_index(n: int, k: int = CHECK_ROWS) -> list[int]:
@@ -1022,7 +1033,8 @@ def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], N
     nbytes = bytes_moved(op, shape, ctx.elem)
     columns = {x.name: torch.randn(shape[-1], dtype=ctx.torch_dtype, device=ctx.dev)
                for x in spec.inputs if x.role == "column"}
-    count = n_sets(input_bytes(op, shape, ctx.elem), ctx.l2_bytes) if ctx.gpu else 1
+    count = (n_sets(input_bytes(op, shape, ctx.elem), ctx.l2_bytes,
+                    torch.cuda.mem_get_info(ctx.dev)[0]) if ctx.gpu else 1)
     sets = [_make_set(op, shape, ctx, columns) for _ in range(count)]
     # the first set's inputs before any impl mutates them in place (for every check)
     pristine = {k: (v.clone() if k not in columns and k != "out" else v)
