@@ -58,6 +58,14 @@ def test_gpu_short_name(name, short):
     assert bench.gpu_short_name(name) == short
 
 
+@pytest.mark.parametrize("uuid, card", [("2593c30e-dbea", "GPU-2593c30e-dbea"),
+                                         ("GPU-2593c30e-dbea", "GPU-2593c30e-dbea"), ("", ""),
+                                         (None, "")])
+def test_card_id(uuid, card):
+    assert bench.card_id(types.SimpleNamespace(uuid=uuid)) == card
+    assert bench.card_id(object()) == ""
+
+
 def test_cases_and_shapes():
     norm = bench.select_cases("norm")
     assert ("rmsnorm", (1048576, 128)) in norm and ("layernorm", (32768, 8192)) in norm

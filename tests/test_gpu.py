@@ -62,10 +62,29 @@ def test_cuda_matches_reference(op, dtype, shape, layout):
     "op", ["layernorm", "rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm"])
 def test_norm_many_rows(op, dtype):
     """Grids of kManyRows (24576) rows or more of 769-1024 vectors (875: 7000 16-bit, 3500
-    float32): RowKernelFlat 512 x 2, the columns loaded with the row (rmsnorm: into registers,
-    3 blocks per SM; layernorm: into shared memory); the fused ops 1024 x 1, the last 149
-    threads past the row."""
+    float32): RowKernelFlat 512 x 2, for 16-bit rmsnorm and layernorm the row read twice (kept
+    in L2 for the reduction, then read again and written), for float32 the columns loaded with
+    the row; the fused ops 1024 x 1, the last 149 threads past the row."""
     check(op, (24577, 3500 if dtype == torch.float32 else 7000), dtype, "cuda")
+
+
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+def test_norm_many_rows_strided_and_in_place(op):
+    """The re-read kernels on rows padded by 16 elements (16-byte aligned, so the same kernel),
+    then in place (out = input): each thread reads its vectors again before it overwrites them,
+    and layernorm's shift (the row's first value) is read by every thread before the reduction's
+    barrier, so before thread 0 writes it. Both against the contiguous call (test_norm_many_rows
+    checks that against the reference)."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(24577, 7016, generator=gen).to("cuda", torch.bfloat16)[:, :7000]
+    cols = [torch.randn(7000, generator=gen).to("cuda", torch.bfloat16)
+            for _ in range(2 if op == "layernorm" else 1)]
+    fn = getattr(xt, op)
+    want = fn(x.contiguous(), *cols)
+    out = torch.full_like(x, float("nan"))
+    assert torch.equal(fn(x, *cols, out=out), want)
+    assert fn(x, *cols, out=x) is x
+    assert torch.equal(x, want)
 
 
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "fused_add_rmsnorm"])

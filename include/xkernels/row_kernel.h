@@ -447,12 +447,19 @@ __global__ void __launch_bounds__(kMaxThreads, min_blocks<Op, T, W, VPT, S, kEar
 // 71 -> 48 registers, 3 -> 5 rows). Rows load through L1. The columns are read from memory
 // after the reduction (kMemory), or loaded with the row: into registers (kRegisters, Liger's
 // shape for rmsnorm, with kMinBlocks blocks per SM), or copied into shared memory (kShared).
+// kReread: the row is read twice, Inductor's looped reduction in one block: kept in L2 (and L1)
+// by an evict_last policy for the reduction, then read again (evict_first) and written, with the
+// columns loaded into registers after the reduction (kCols = kRegisters). The row's registers
+// are free during the reduction, so the whole row is in flight at more rows per SM.
 // Measured: see LaunchRowsV.
 enum class ColumnsIn { kMemory, kRegisters, kShared };
 template <class Op, typename T, typename W, int kThreads, int VPT,
-          ColumnsIn kCols = ColumnsIn::kMemory, int kMinBlocks = 0>
+          ColumnsIn kCols = ColumnsIn::kMemory, int kMinBlocks = 0, bool kReread = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     RowKernelFlat(const RowArgs<T, W> a, const typename Op::Attr attr) {
+  static_assert(!kReread || (kCols != ColumnsIn::kShared && !Op::kFusedAdd),
+                "a re-read row takes its columns from memory after the reduction, and has no "
+                "residual");
   constexpr int V = static_cast<int>(16 / sizeof(T));
   __shared__ uint4 smem[32];
   const int n = a.cols / V;
@@ -465,12 +472,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // for (bf16 fused_add_rmsnorm 128 x 4: 56 -> 72, layernorm 256 x 4: 48 -> 56).
   Vec<T, V> x[VPT], r[VPT];
   bool ok[VPT];
+  [[maybe_unused]] const uint64_t keep = kReread ? l2_policy<Evict::kLast>() : 0;
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kThreads;
     ok[j] = j + 1 < VPT || i < n;
     if (ok[j]) {
-      x[j].load(px + i * V);
+      if constexpr (kReread) {
+        x[j].template load_evict<Evict::kLast>(px + i * V, keep);
+      } else {
+        x[j].load(px + i * V);
+      }
       if constexpr (Op::kFusedAdd) r[j].load(pr + i * V);
     } else {
 #pragma unroll
@@ -480,13 +492,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   std::conditional_t<kCols == ColumnsIn::kShared, SharedColumns<Op, T, W, V, VPT, kThreads>,
                      Columns<Op, T, W, V, VPT, kCols == ColumnsIn::kRegisters>>
       cols;
-  cols.load(a, threadIdx.x, kThreads, ok);  // a no-op for kMemory
+  if constexpr (!kReread) cols.load(a, threadIdx.x, kThreads, ok);  // a no-op for kMemory
   const RowAt<T, W> at{a, row, true};
   const float shift = row_shift<Op>(a, at, true);
   add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
   const typename Op::Stats s =
       row_stats<Op, T, V, VPT>(x, ok, reduce::BlockReducer<false, kThreads / 32>{smem}, attr,
                                shift, a.cols);
+  if constexpr (kReread) {
+    const uint64_t drop = l2_policy<Evict::kFirst>();
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (ok[j]) x[j].template load_evict<Evict::kFirst>(px + i * V, drop);
+    }
+    cols.load(a, threadIdx.x, kThreads, ok);  // a no-op for kMemory
+  }
   cols.ready();
   store_row<Op>(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
 }
@@ -993,8 +1014,25 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // 356.8 / 357.6 / 356.4 -> 354.9 / 354.8 / 354.2 (torch.compile 355.1 / 355.2 / 355.4). The
     // same copy with 3 rows per SM: 356.0 / 356.6 / 355.8. Rejected there: the rows loaded with
     // L1::evict_first (also 32 registers) 360.0 / 360.8 / 359.4; prefetch.global.L1 or .L2 of the
-    // columns with the row, 362.6-369.3. Fused-add ops there take 1024 x 1 (FlashInfer's shape,
-    // 2 rows per SM), columns in memory, with BlockReducer's one-row form (30 registers; with its
+    // columns with the row, 362.6-369.3. (These stay for float32 layernorm; for 16-bit rows,
+    // they are what the re-read kernels replaced.)
+    // 16-bit RMSNorm and LayerNorm there (weights in the row's type) read the row twice
+    // (kReread): the one-pass kernels, ours, Liger's and FlashInfer's, lost 1.5-3% on some
+    // H100s where torch.compile's two-pass kernel held (benchmarks/README.md, Machines). RMSNorm
+    // 512 x 2, columns into registers after the reduction, 3 blocks per SM (40 registers);
+    // LayerNorm 512 x 2, columns from memory, 4 blocks (32). Measured on H100s, bf16 32768x8192,
+    // us, through the bench's own run_case (three sets, torch.compile in the same rounds), one
+    // pass -> re-read: rmsnorm 353.6-354.1 -> 352.2-352.5, layernorm 354.0-354.4 -> 353.4-353.6
+    // (torch.compile 354.8-355.1, 355.0-355.4). Prototypes on a card where the one-pass kernels
+    // lost (GPU-595f11c2, copy 2993 GB/s): one pass rmsnorm 359.6, layernorm 360.3; re-read
+    // 256 x 4, whole row in flight, 4 rows per SM: rmsnorm 354.6; layernorm 256 x 1 x 5 rows
+    // 356.5 (torch.compile 355.8, 355.6). Rejected on the other cards: one vector per thread in
+    // flight (256 threads, 6 rows per SM) rmsnorm 363.0 with L1 and L2 hints, 385.1 with the L2
+    // hint only, 409.8 without; 256 x 4 layernorm with its columns in registers (64 registers,
+    // spilling 6 bytes) 397.3, from memory at 4-6 blocks per SM 355.6-358.0; 512 x 4 8-byte
+    // loads (Triton's layernorm shape; ours spilled 8-48 bytes) 357.3-521.5.
+    // Fused-add ops there take 1024 x 1 (FlashInfer's shape, 2 rows per SM), columns in memory,
+    // with BlockReducer's one-row form (30 registers; with its
     // general form's two barriers and rolled chain, 38). Measured on the H100, bf16 32768x8192 in
     // place, us, through the bench's own run_case (FlashInfer in the same rounds), x and the
     // residual in the bench's own allocations, then carved from one allocation 0 / 2 / 6 / 14 MiB
@@ -1047,13 +1085,16 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
       }
       if constexpr (kRmsColumns) {
         if (n1024 && blocks >= kManyRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3>, grid, 512,
-                              stream, props, 1, a, attr);
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3, true>,
+                              grid, 512, stream, props, 1, a, attr);
         }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
         if (n1024 && blocks >= kManyRows) {
-          if constexpr (Op::kFusedAdd) {
+          if constexpr (Op::kBias && sizeof(T) == 2 && std::is_same_v<T, W>) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kMemory, 4, true>, grid,
+                                512, stream, props, 1, a, attr);
+          } else if constexpr (Op::kFusedAdd) {
             return LaunchKernel(RowKernelFlat<Op, T, W, 1024, 1>, grid, 1024, stream, props, 1, a,
                                 attr);
           } else if constexpr (kSharedColumns) {

@@ -6,6 +6,22 @@
 
 namespace xkernels {
 
+// L2 eviction priorities for Vec::load_evict (sm_80+): an L2 access policy covering the whole
+// access (createpolicy.fractional, fraction 1.0).
+enum class Evict { kFirst, kLast };
+template <Evict E>
+XK_DEVICE uint64_t l2_policy() {
+  uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (E == Evict::kLast) {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  }
+#endif
+  return p;
+}
+
 // Alignment of a Vec<T, N>: its size up to 16 bytes. Pointers handed to load/store must have it
 // (launchers check, and fall back to N = 1 when they do not).
 template <typename T, int N>
@@ -51,6 +67,28 @@ struct alignas(vec_align<T, N>()) Vec {
     } else {
       load(p);
     }
+  }
+
+  // A 16-byte load with an L2 eviction priority (`policy`, from l2_policy<E>()) and the same
+  // priority in L1: Evict::kLast for data read again soon, kFirst for its last read.
+  template <Evict E>
+  XK_DEVICE void load_evict(const T* p, uint64_t policy) {
+    static_assert(sizeof(T) * N == 16, "16-byte vectors");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint4 v;
+    if constexpr (E == Evict::kLast) {
+      asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p), "l"(policy));
+    } else {
+      asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p), "l"(policy));
+    }
+    memcpy(data, &v, 16);
+#else
+    load(p);
+#endif
   }
 
   // Load N elements of another type, converting to float.

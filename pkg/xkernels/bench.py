@@ -800,6 +800,12 @@ def _liger_impls(op: str, attrs: dict, lk: Any) -> list[Impl]:
 # The run.
 
 
+def card_id(props) -> str:
+    """The GPU's UUID as nvidia-smi prints it (GPU-xxxxxxxx-...), or "" where torch has none."""
+    u = str(getattr(props, "uuid", "") or "")
+    return u if not u or u.startswith("GPU-") else f"GPU-{u}"
+
+
 @dataclass
 class Context:
     gpu: bool
@@ -807,6 +813,7 @@ class Context:
     quick: bool
     groups: set[str]
     device: str = "cpu"
+    card: str = ""  # the GPU's UUID: H100s of one name differ (benchmarks/README.md, Machines)
     l2_bytes: int = 0
     peers: dict[str, Any] = field(default_factory=dict)  # name -> module, or the import error
     writer: Callable[[dict], None] | None = None
@@ -946,7 +953,8 @@ def _row(ctx: Context, family: str, op: str, shape, impl: str, ms, nbytes, note=
     row = {"family": family, "op": op, "shape": list(shape), "dtype": ctx.dtype_name,
            "impl": impl, **({"form": f} if (f := impl_form(op, impl)) else {}), "ms": ms, "gbps": g,
            "pct_copy": (100.0 * g / ctx.copy_gbps) if g is not None and ctx.copy_gbps else None,
-           "device": ctx.device, "date": ctx.date, "versions": ctx.versions, "note": note}
+           "device": ctx.device, **({"card": ctx.card} if ctx.card else {}), "date": ctx.date,
+           "versions": ctx.versions, "note": note}
     row.update(kw)
     return row
 
@@ -1219,9 +1227,10 @@ def main(argv: list[str] | None = None) -> int:
     if gpu:
         props = torch.cuda.get_device_properties(0)
         ctx.device = torch.cuda.get_device_name(0)
+        ctx.card = card_id(props)
         ctx.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20) or (50 << 20))
         short = gpu_short_name(ctx.device)
-        print(f"xkernels bench: {ctx.device} (sm_{props.major}{props.minor}, "
+        print(f"xkernels bench: {ctx.device} {ctx.card} (sm_{props.major}{props.minor}, "
               f"{props.multi_processor_count} SMs, L2 {ctx.l2_bytes / 2**20:.0f} MiB), "
               f"torch {torch.__version__}, {args.dtype}{', quick' if args.quick else ''}",
               flush=True)
