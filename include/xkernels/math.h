@@ -7,6 +7,7 @@
 namespace xkernels::math {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kInf = __builtin_huge_valf();
 
 XK_DEVICE float ex2_approx(float x) {  // 2^x; -inf -> +0
