@@ -145,16 +145,12 @@ inline int64_t Rows(const TensorView& t) {
   return r;
 }
 
-// Row addressing of [..., cols]: the last dimension must be contiguous; the leading dimensions
-// must collapse into at most two strided groups (see xkernels::RowStride).
-inline RowStride RowsOf(const char* op, const char* arg, const TensorView& t) {
-  if (t.ndim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1) {
-    TVM_FFI_THROW(ValueError) << op << ": " << arg
-                              << " must be contiguous in its last dimension, got stride "
-                              << t.stride(-1);
-  }
+// Row addressing of the first `lead` dimensions of t: they must collapse into at most two
+// strided groups (see xkernels::RowStride). `single` is the stride given when there is one row.
+inline RowStride LeadingRows(const char* op, const char* arg, const TensorView& t, int lead,
+                             int64_t single) {
   std::vector<std::pair<int64_t, int64_t>> groups;  // (size, stride), outermost first
-  for (int i = 0; i + 1 < t.ndim(); ++i) {
+  for (int i = 0; i < lead; ++i) {
     const int64_t size = t.size(i), stride = t.stride(i);
     if (size == 1) continue;
     if (!groups.empty() && groups.back().second == stride * size) {
@@ -163,7 +159,7 @@ inline RowStride RowsOf(const char* op, const char* arg, const TensorView& t) {
       groups.push_back({size, stride});
     }
   }
-  if (groups.empty()) return RowStride(t.ndim() ? t.size(-1) : 1);
+  if (groups.empty()) return RowStride(single);
   if (groups.size() == 1) return RowStride(groups[0].second);
   if (groups.size() == 2) return RowStride(groups[0].second, groups[1].second, groups[1].first);
   std::ostringstream strides;
@@ -173,6 +169,17 @@ inline RowStride RowsOf(const char* op, const char* arg, const TensorView& t) {
                             << ") has leading dimensions that do not collapse into two row "
                                "strides; pass a contiguous copy";
   return RowStride();  // unreachable
+}
+
+// Row addressing of [..., cols]: the last dimension must be contiguous; the leading dimensions
+// must collapse into at most two strided groups (see xkernels::RowStride).
+inline RowStride RowsOf(const char* op, const char* arg, const TensorView& t) {
+  if (t.ndim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1) {
+    TVM_FFI_THROW(ValueError) << op << ": " << arg
+                              << " must be contiguous in its last dimension, got stride "
+                              << t.stride(-1);
+  }
+  return LeadingRows(op, arg, t, t.ndim() - 1, t.ndim() ? t.size(-1) : 1);
 }
 
 // True when every element is laid out back to back (a flat vector).
@@ -254,11 +261,25 @@ cudaError_t DispatchFloatWeight(host::DType dt, host::DType wt, F&& f) {
 }
 #endif
 
+// A module's dry-run flag (per thread): when set, exported functions validate their arguments
+// and return before touching memory. The JAX adapter sets it to check a call's arguments when the
+// call is traced (typed errors naming the argument) without running anything.
+inline bool& DryRun() {
+  static thread_local bool flag = false;
+  return flag;
+}
+inline void SetDryRun(int64_t on) { DryRun() = on != 0; }
+// Exports the module's dry-run switch as `_set_dry_run(int)`: once per module.
+#define XK_EXPORT_DRY_RUN() \
+  TVM_FFI_DLL_EXPORT_TYPED_FUNC(_set_dry_run, ::xkernels::bind::SetDryRun)
+
 // Run the op on the tensors' device: the host implementation for CPU tensors, or the CUDA
 // expression `launch` (which may use `stream`) under a device guard on the caller's stream.
+// Nothing runs in a dry run.
 #ifdef XKERNELS_HOST_ONLY
 #define XK_ON_DEVICE(op, ref, launch, host_call)                                           \
   do {                                                                                    \
+    if (::xkernels::bind::DryRun()) break;                                               \
     if ((ref).device().device_type == kDLCPU) {                                          \
       host_call;                                                                          \
     } else {                                                                              \
@@ -269,6 +290,7 @@ cudaError_t DispatchFloatWeight(host::DType dt, host::DType wt, F&& f) {
 #else
 #define XK_ON_DEVICE(op, ref, launch, host_call)                                            \
   do {                                                                                     \
+    if (::xkernels::bind::DryRun()) break;                                                 \
     const DLDevice xk_dev_ = (ref).device();                                               \
     if (xk_dev_.device_type == kDLCPU) {                                                   \
       host_call;                                                                           \

@@ -4,128 +4,36 @@
 // Fast at the -O2 the modules are built with: per-element loops run over blocks of kLanes elements
 // (a fixed trip count, which GCC vectorizes at -O2) and then a scalar tail, through __restrict
 // pointers (our float buffers never alias a tensor); sums keep kLanes partial sums, added pairwise
-// at the end (no chain of dependent adds); the bfloat16 conversions are branch-free. With GCC on
-// x86-64 glibc every entry point also gets an AVX2 clone (no FMA), picked at load time: the same
-// arithmetic in the same order, so the same results (a NaN's sign aside).
+// at the end (no chain of dependent adds); the conversions (convert.h) are branch-free for
+// bfloat16. With GCC on x86-64 glibc every entry point also gets an AVX2 clone (XK_HOST_CLONES, no
+// FMA), picked at load time: the same arithmetic in the same order, so the same results (a NaN's
+// sign aside).
 #include "host/ops.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <memory>
+
+#include "host/convert.h"
 
 namespace xkernels::host {
 namespace {
 
-constexpr int64_t kLanes = 16;
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
-    !defined(XKERNELS_HOST_NO_CLONES)
-#define XK_HOST_CLONES __attribute__((target_clones("avx2", "default"), flatten))
-#else
-#define XK_HOST_CLONES
-#endif
-
-inline float BitsToFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t FloatToBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline uint16_t Load16(const char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
-inline void Store16(char* p, uint16_t h) { std::memcpy(p, &h, 2); }
-
-inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
-inline uint16_t FloatToBf16(float f) {  // round to nearest even; NaN stays NaN (quiet)
-  const uint32_t u = FloatToBits(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
-float F16ToFloat(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  if (exp == 0x1f) return BitsToFloat(sign | 0x7f800000u | (man << 13));  // inf, NaN
-  if (exp == 0) {  // zero, subnormal: man * 2^-24
-    const float v = std::ldexp(static_cast<float>(man), -24);
-    return sign ? -v : v;
-  }
-  return BitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
-}
-uint16_t FloatToF16(float f) {  // round to nearest even
-  const uint32_t u = FloatToBits(f), sign = (u >> 16) & 0x8000u;
-  const float a = std::fabs(f);
-  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00);
-  if (a >= 65520.f) return static_cast<uint16_t>(sign | 0x7c00);  // overflows to inf
-  if (a < 6.103515625e-05f) {  // subnormal range: multiples of 2^-24
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.f)));
-  }
-  const uint32_t ua = FloatToBits(a);
-  const uint32_t rounded = ua + 0xfff + ((ua >> 13) & 1);
-  return static_cast<uint16_t>(sign | (((rounded >> 23) - 112) << 10) | ((rounded >> 13) & 0x3ff));
-}
-
-size_t Size(DType t) { return t == DType::kF32 ? 4 : 2; }
-
 char* Addr(const Mat& m, int64_t r, int64_t c) {
-  return static_cast<char*>(m.data) + (m.rs.offset(r) + c) * static_cast<int64_t>(Size(m.dtype));
+  return static_cast<char*>(m.data) +
+         (m.rs.offset(r) + c) * static_cast<int64_t>(DTypeSize(m.dtype));
 }
 
-// Row r's `cols` values from column c0, as floats: one dtype switch per row.
+// Row r's `cols` values from column c0, as floats.
 void ReadRow(const Mat& m, int64_t r, int64_t c0, int64_t cols, float* __restrict dst) {
-  const char* __restrict p = Addr(m, r, c0);
-  int64_t c = 0;
-  switch (m.dtype) {
-    case DType::kF32:
-      std::memcpy(dst, p, 4 * cols);
-      return;
-    case DType::kBF16:
-      for (; c + kLanes <= cols; c += kLanes)
-        for (int64_t j = 0; j < kLanes; ++j) dst[c + j] = Bf16ToFloat(Load16(p + 2 * (c + j)));
-      for (; c < cols; ++c) dst[c] = Bf16ToFloat(Load16(p + 2 * c));
-      return;
-    case DType::kF16:
-      for (; c < cols; ++c) dst[c] = F16ToFloat(Load16(p + 2 * c));
-      return;
-  }
+  LoadFloats(Addr(m, r, c0), m.dtype, cols, dst);
 }
 
 // Stores f(0), ..., f(n - 1) to row r, each rounded to the row's dtype.
 template <class F>
 void StoreRow(const Mat& m, int64_t r, int64_t n, F f) {
-  char* __restrict p = Addr(m, r, 0);
-  int64_t c = 0;
-  switch (m.dtype) {
-    case DType::kF32:
-      for (; c + kLanes <= n; c += kLanes) {
-        for (int64_t j = 0; j < kLanes; ++j) {
-          const float v = f(c + j);
-          std::memcpy(p + 4 * (c + j), &v, 4);
-        }
-      }
-      for (; c < n; ++c) {
-        const float v = f(c);
-        std::memcpy(p + 4 * c, &v, 4);
-      }
-      return;
-    case DType::kBF16:
-      for (; c + kLanes <= n; c += kLanes)
-        for (int64_t j = 0; j < kLanes; ++j) Store16(p + 2 * (c + j), FloatToBf16(f(c + j)));
-      for (; c < n; ++c) Store16(p + 2 * c, FloatToBf16(f(c)));
-      return;
-    case DType::kF16:
-      for (; c < n; ++c) Store16(p + 2 * c, FloatToF16(f(c)));
-      return;
-  }
+  StoreFloats(Addr(m, r, 0), m.dtype, n, f);
 }
 
 // Rounds v[0, n) to the storage type of row r and stores it. With `keep`, v is then overwritten

@@ -3,6 +3,7 @@
 #define XKERNELS_XKERNELS_H_
 
 #include "xkernels/activation.h"
+#include "xkernels/attention/attention.h"
 #include "xkernels/norm.h"
 #include "xkernels/softmax.h"
 

@@ -25,5 +25,6 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("activation", ("bindings/activation.cu",), _HOST),
         ModuleSpec("norm", ("bindings/norm.cu",), _HOST),
         ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
+        ModuleSpec("attention", ("bindings/attention.cu",), ("bindings/host/attention.cc",)),
     )
 }

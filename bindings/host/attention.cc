@@ -1,0 +1,364 @@
+// Host attention and attention-state merging (attention/params.h): plain C++, float arithmetic.
+//
+// Attention runs over work items of one request, one kv head and up to kChunkRows query rows (a
+// chunk of tokens x the kv head's query heads). An item walks its keys in tiles of kTile, as the
+// kernels do: each tile's keys and values are converted to float once, into layouts that make
+// both products run over kLanes contiguous floats (convert.h: a fixed trip count, which GCC
+// vectorizes at -O2), and then serve every row of the item, which keeps an online softmax (running
+// max, sum and unnormalised output). Keys go in blocks of kLanes keys, dimension-major
+// (k[block][d][lane]), so that kLanes scores accumulate in registers; values in blocks of kLanes
+// dimensions, key-major (v[dblock][key][lane]), so that kLanes output dimensions do. Rows go kRows
+// at a time: every block loaded serves kRows rows, and kRows x kLanes partial results are
+// independent chains of adds. Large calls spread the items over std::threads; an item's arithmetic
+// does not depend on the thread that runs it. Chunks bound an item's buffers to the cache, and
+// convert each key once per chunk (next to the chunk's 4 * kChunkRows * head_dim flops per key).
+#include "host/attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "host/convert.h"
+
+namespace xkernels::host {
+namespace {
+
+using attention::KvMode;
+using attention::MergeParams;
+using attention::Params;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kElem = 2;         // bytes of an element of q, k, v and out (16-bit floats)
+constexpr int64_t kRows = 4;         // query rows per block: 8 AVX2 accumulators of kLanes / 2
+constexpr int64_t kChunkRows = 256;  // query rows per work item, to share out long prefills
+constexpr int64_t kTile = 64;        // keys converted at a time: a tile stays in cache
+constexpr double kThreadWork = 1e7;  // multiply-adds from which a call uses threads
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+struct Range {  // keys [lo, hi); empty when hi <= lo
+  int64_t lo, hi;
+};
+
+struct Request {
+  int64_t q_begin, q_len, kv_len;
+};
+
+Request RequestOf(const Params& p, int64_t b) {
+  Request r{0, p.q_len, p.kv_len};
+  if (p.qo_indptr != nullptr) r.q_begin = p.qo_indptr[b], r.q_len = p.qo_indptr[b + 1] - r.q_begin;
+  if (p.kv_mode == KvMode::kRagged) r.kv_len = p.kv_indptr[b + 1] - p.kv_indptr[b];
+  if (p.kv_mode == KvMode::kPaged) {
+    const int64_t pages = p.kv_indptr[b + 1] - p.kv_indptr[b];
+    r.kv_len = pages > 0 ? (pages - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+  }
+  return r;
+}
+
+// The keys that query token t sees (causal masks align to the bottom right).
+Range Visible(const Params& p, const Request& r, int64_t t) {
+  const int64_t diag = t + r.kv_len - r.q_len;
+  return {p.window_left >= 0 ? std::max<int64_t>(0, diag - p.window_left) : 0,
+          p.causal ? std::min(r.kv_len, diag + 1) : r.kv_len};
+}
+
+// Element offset of token t of request b, kv head h, in a key or value tensor of these strides.
+int64_t KvOffset(const Params& p, int64_t b, int64_t t, int64_t h, int64_t sb, int64_t st,
+                 int64_t sh) {
+  switch (p.kv_mode) {
+    case KvMode::kDense:
+      return b * sb + t * st + h * sh;
+    case KvMode::kRagged:
+      return (p.kv_indptr[b] + t) * st + h * sh;
+    case KvMode::kPaged:
+      return int64_t{p.kv_indices[p.kv_indptr[b] + t / p.page_size]} * sb + (t % p.page_size) * st +
+             h * sh;
+  }
+  return 0;
+}
+
+// Query tokens [t0, t1) of request b, with the query heads of kv head hk.
+struct Item {
+  int64_t b, hk, t0, t1;
+};
+
+// One worker's float buffers.
+struct Scratch {
+  std::vector<float> k, v, s, row;  // one key tile
+  std::vector<float> q, o, m, l;    // the item's rows
+  std::vector<Range> rng;
+};
+
+// One key tile for R query rows q[R][d]: keys own[r] (tile-relative) of row r, from
+// kb[kTile / kLanes][d][kLanes] and vb[dp / kLanes][kTile][kLanes]. Updates each row's online
+// softmax: m the max score so far, l the sum of exp(score - m), o[dp] the sum of exp(score - m) v.
+template <int64_t R>
+void TileRows(const Params& p, const float* __restrict q, const Range* own,
+              const float* __restrict kb, const float* __restrict vb, float* __restrict s,
+              float* __restrict o, float* __restrict m, float* __restrict l) {
+  const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
+  Range all{kTile, 0};
+  for (int64_t r = 0; r < R; ++r) {
+    if (own[r].lo < own[r].hi) all = {std::min(all.lo, own[r].lo), std::max(all.hi, own[r].hi)};
+  }
+  if (all.hi <= all.lo) return;
+  const int64_t lo = all.lo, hi = all.hi;
+  // s = q . k * sm_scale over whole key blocks
+  for (int64_t blk = lo / kLanes; blk * kLanes < hi; ++blk) {
+    float acc[R][kLanes] = {};
+    const float* __restrict k = kb + blk * d_len * kLanes;
+    for (int64_t d = 0; d < d_len; ++d) {
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < R; ++r) {
+        const float qd = q[r * d_len + d];
+#pragma GCC unroll 16
+        for (int64_t j = 0; j < kLanes; ++j) acc[r][j] += qd * k[d * kLanes + j];
+      }
+    }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < kLanes; ++j) s[r * kTile + blk * kLanes + j] = acc[r][j] * p.sm_scale;
+  }
+  const float cap = p.logits_soft_cap;
+  float scale[R];                    // of the row's earlier o and l, to its new max
+  for (int64_t r = 0; r < R; ++r) {  // s <- exp(s - max) over the row's keys, 0 over the others
+    float* __restrict x = s + r * kTile;
+    const Range mine = own[r].lo < own[r].hi ? own[r] : Range{lo, lo};
+    const int64_t a = mine.lo, e = mine.hi;
+    std::fill(x + lo, x + a, 0.f);
+    std::fill(x + e, x + hi, 0.f);
+    scale[r] = 1.f;
+    if (a == e) continue;
+    if (cap > 0.f)
+      for (int64_t i = a; i < e; ++i) x[i] = cap * std::tanh(x[i] / cap);
+    float mx = m[r];
+    for (int64_t i = a; i < e; ++i) mx = std::max(mx, x[i]);
+    for (int64_t i = a; i < e; ++i) x[i] = std::exp(x[i] - mx);
+    float part[kLanes] = {};  // lane-wise partial sums, added pairwise
+    int64_t i = a;
+    for (; i + kLanes <= e; i += kLanes)
+      for (int64_t j = 0; j < kLanes; ++j) part[j] += x[i + j];
+    for (int64_t j = 0; i < e; ++i, ++j) part[j] += x[i];
+    for (int64_t w = kLanes / 2; w > 0; w /= 2)
+      for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
+    scale[r] = std::exp(m[r] - mx);  // 0 for the row's first keys (m = -inf)
+    l[r] = l[r] * scale[r] + part[0], m[r] = mx;
+  }
+  // o = o * scale + sum over the tile's keys of exp(s - max) v
+  for (int64_t db = 0; db < dp / kLanes; ++db) {
+    float acc[R][kLanes];
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < kLanes; ++j) acc[r][j] = o[r * dp + db * kLanes + j] * scale[r];
+    const float* __restrict v = vb + db * kTile * kLanes;
+    for (int64_t t = lo; t < hi; ++t) {
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < R; ++r) {
+        const float w = s[r * kTile + t];
+#pragma GCC unroll 16
+        for (int64_t j = 0; j < kLanes; ++j) acc[r][j] += w * v[t * kLanes + j];
+      }
+    }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < kLanes; ++j) o[r * dp + db * kLanes + j] = acc[r][j];
+  }
+}
+
+// Starts loading `bytes` from p into the cache: one kv head's keys are rows far apart, which the
+// hardware prefetchers follow late or not at all.
+inline void Prefetch(const char* p, int64_t bytes) {
+#if defined(__GNUC__)
+  for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(p + c);
+#endif
+}
+
+// Converts keys and values [t0, t0 + n) of request b, kv head h to kb and vb (TileRows' layouts),
+// with zeros for the keys of the last block past n (their scores are ignored, their weights 0).
+void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64_t n,
+              float* __restrict kb, float* __restrict vb, float* __restrict row) {
+  constexpr int64_t kAhead = 4;  // keys prefetched ahead
+  const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
+  auto key = [&](int64_t t) {
+    return static_cast<const char*>(p.k) +
+           kElem * KvOffset(p, b, t, h, p.k_stride_b, p.k_stride_t, p.k_stride_h);
+  };
+  auto value = [&](int64_t t) {
+    return static_cast<const char*>(p.v) +
+           kElem * KvOffset(p, b, t, h, p.v_stride_b, p.v_stride_t, p.v_stride_h);
+  };
+  std::fill(row, row + dp, 0.f);  // zero past head_dim
+  for (int64_t i = 0; i < RoundUp(n, kLanes); ++i) {
+    const int64_t blk = i / kLanes, j = i % kLanes;
+    if (i + kAhead < n) {
+      Prefetch(key(t0 + i + kAhead), kElem * d_len);
+      Prefetch(value(t0 + i + kAhead), kElem * d_len);
+    }
+    if (i < n) {
+      LoadFloats(key(t0 + i), dt, d_len, row);
+    } else {
+      std::fill(row, row + d_len, 0.f);
+    }
+    for (int64_t d = 0; d < d_len; ++d) kb[(blk * d_len + d) * kLanes + j] = row[d];
+    if (i < n) LoadFloats(value(t0 + i), dt, d_len, row);
+    for (int64_t db = 0; db < dp / kLanes; ++db)
+      std::copy(row + db * kLanes, row + (db + 1) * kLanes, vb + (db * kTile + i) * kLanes);
+  }
+}
+
+XK_HOST_CLONES
+void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
+  const Request rq = RequestOf(p, it.b);
+  const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  // Rows i = token-major, head-minor (the rows of one token share their keys).
+  const int64_t rows = (it.t1 - it.t0) * group;
+  auto token = [&](int64_t i) { return it.t0 + i / group; };
+  auto head = [&](int64_t i) { return it.hk * group + i % group; };
+  for (int64_t i = 0; i < rows; ++i) {
+    w.rng[i] = Visible(p, rq, token(i));
+    LoadFloats(static_cast<const char*>(p.q) +
+                   kElem * (it.b * p.q_stride_b + (rq.q_begin + token(i)) * p.q_stride_t +
+                            head(i) * p.q_stride_h),
+               dt, d_len, w.q.data() + i * d_len);
+  }
+  std::fill(w.o.begin(), w.o.begin() + rows * dp, 0.f);
+  std::fill(w.m.begin(), w.m.begin() + rows, -kInf);
+  std::fill(w.l.begin(), w.l.begin() + rows, 0.f);
+  // The keys the item's tokens see: both ends of the range move right with t.
+  const int64_t base = Visible(p, rq, it.t0).lo;
+  const int64_t end = Visible(p, rq, it.t1 - 1).hi;
+  for (int64_t t0 = base; t0 < end; t0 += kTile) {
+    const int64_t n = std::min(kTile, end - t0);
+    LoadTile(p, dt, it.b, it.hk, t0, n, w.k.data(), w.v.data(), w.row.data());
+    for (int64_t i0 = 0; i0 < rows; i0 += kRows) {
+      const int64_t nr = std::min(kRows, rows - i0);
+      Range own[kRows];
+      for (int64_t r = 0; r < nr; ++r) {
+        own[r] = {std::max(w.rng[i0 + r].lo, t0) - t0, std::min(w.rng[i0 + r].hi, t0 + n) - t0};
+      }
+      float* q = w.q.data() + i0 * d_len;
+      float* o = w.o.data() + i0 * dp;
+      if (nr == kRows) {
+        TileRows<kRows>(p, q, own, w.k.data(), w.v.data(), w.s.data(), o, &w.m[i0], &w.l[i0]);
+      } else {
+        for (int64_t r = 0; r < nr; ++r)
+          TileRows<1>(p, q + r * d_len, own + r, w.k.data(), w.v.data(), w.s.data(), o + r * dp,
+                      &w.m[i0 + r], &w.l[i0 + r]);
+      }
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = rq.q_begin + token(i), h = head(i);
+    const float* __restrict o = w.o.data() + i * dp;
+    const float l = w.l[i], inv = l > 0.f ? 1.f / l : 0.f;
+    StoreFloats(static_cast<char*>(p.out) +
+                    kElem * (it.b * p.out_stride_b + t * p.out_stride_t + h * p.out_stride_h),
+                dt, d_len, [o, inv](int64_t d) { return o[d] * inv; });
+    if (p.lse != nullptr) {
+      p.lse[it.b * p.lse_stride_b + t * p.lse_stride_t + h] =
+          l > 0.f ? w.m[i] + std::log(l) : -kInf;
+    }
+  }
+}
+
+}  // namespace
+
+void Attention(const Params& p, DType dtype) {
+  if (p.num_kv_heads <= 0 || p.num_qo_heads <= 0) return;
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t chunk = std::max<int64_t>(1, kChunkRows / group);  // tokens per item
+  std::vector<Item> items;
+  double work = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const Request rq = RequestOf(p, b);
+    if (rq.q_len <= 0) continue;
+    work += static_cast<double>(rq.q_len) * p.num_qo_heads * rq.kv_len * p.head_dim * 2;
+    for (int64_t hk = 0; hk < p.num_kv_heads; ++hk)
+      for (int64_t t0 = 0; t0 < rq.q_len; t0 += chunk)
+        items.push_back({b, hk, t0, std::min(rq.q_len, t0 + chunk)});
+  }
+  if (items.empty()) return;
+  // Buffers of every worker, allocated here so that running out of memory throws to the caller.
+  const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
+  const int64_t rows = chunk * group;
+  int64_t workers = 1;
+  if (work > kThreadWork) {
+    workers = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                static_cast<int64_t>(items.size()));
+  }
+  std::vector<Scratch> scratch(workers);
+  for (Scratch& w : scratch) {
+    w.k.resize(kTile * d_len), w.v.resize(kTile * dp), w.s.resize(kRows * kTile);
+    w.row.resize(dp), w.q.resize(rows * d_len), w.o.resize(rows * dp), w.m.resize(rows);
+    w.l.resize(rows), w.rng.resize(rows);
+  }
+  std::atomic<size_t> next{0};
+  auto work_loop = [&](Scratch* w) {
+    for (size_t i = next++; i < items.size(); i = next++) RunItem(p, dtype, items[i], *w);
+  };
+  std::vector<std::thread> threads;
+  for (int64_t i = 1; i < workers; ++i) {
+    try {
+      threads.emplace_back(work_loop, &scratch[i]);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the others take the remaining items
+    }
+  }
+  work_loop(&scratch[0]);
+  for (std::thread& t : threads) t.join();
+}
+
+XK_HOST_CLONES
+void MergeStates(const MergeParams& p, DType v_dtype, DType out_dtype) {
+  const int64_t d_len = p.head_dim, states = p.num_states;
+  const int64_t n_main = p.v1 != nullptr ? states - 1 : states;
+  const float to_ln = p.log2_in ? 0.69314718055994531f : 1.f;  // ln(2): log2 -> natural log
+  const int64_t v_size = DTypeSize(v_dtype), o_size = DTypeSize(out_dtype);
+  std::vector<float> acc(d_len), x(d_len), wt(std::max<int64_t>(states, 1));
+  int64_t r0 = 0, r1 = p.rows;
+  if (p.valid_indptr != nullptr) {  // the other rows were not computed: leave their outputs
+    r0 = std::max<int64_t>(r0, p.valid_indptr[0]);
+    r1 = std::min<int64_t>(r1, p.valid_indptr[p.valid_batch]);
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const float* s = p.s + p.s_rows.offset(r) + h * p.s_stride_h;
+      float mx = -kInf;
+      for (int64_t i = 0; i < states; ++i) {
+        wt[i] = (i < n_main ? s[i * p.s_stride_k] : p.s1[p.s1_rows.offset(r) + h * p.s1_stride_h]) *
+                to_ln;
+        mx = std::max(mx, wt[i]);
+      }
+      float sum = 0.f;
+      if (mx != -kInf)
+        for (int64_t i = 0; i < states; ++i) sum += (wt[i] = std::exp(wt[i] - mx));
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      float* __restrict a = acc.data();
+      std::fill(a, a + d_len, 0.f);
+      for (int64_t i = 0; sum > 0.f && i < states; ++i) {
+        if (wt[i] == 0.f) continue;  // an empty state's v may be anything
+        const char* src =
+            i < n_main ? static_cast<const char*>(p.v) +
+                             (p.v_rows.offset(r) + i * p.v_stride_k + h * p.v_stride_h) * v_size
+                       : static_cast<const char*>(p.v1) +
+                             (p.v1_rows.offset(r) + h * p.v1_stride_h) * v_size;
+        float* __restrict xv = x.data();
+        LoadFloats(src, v_dtype, d_len, xv);
+        const float wi = wt[i] * inv;
+        int64_t d = 0;
+        for (; d + kLanes <= d_len; d += kLanes)
+          for (int64_t j = 0; j < kLanes; ++j) a[d + j] += wi * xv[d + j];
+        for (; d < d_len; ++d) a[d] += wi * xv[d];
+      }
+      StoreFloats(static_cast<char*>(p.out) + (p.out_rows.offset(r) + h * p.out_stride_h) * o_size,
+                  out_dtype, d_len, [a](int64_t d) { return a[d]; });
+      if (p.lse != nullptr) {
+        p.lse[p.lse_rows.offset(r) + h * p.lse_stride_h] = sum > 0.f ? mx + std::log(sum) : -kInf;
+      }
+    }
+  }
+}
+
+}  // namespace xkernels::host

@@ -1,0 +1,125 @@
+// Conversions between float and the 16-bit float types, and whole-row loads and stores, shared by
+// the host implementations (ops.cc, attention.cc). Plain C++: rounding is to nearest even, and the
+// bfloat16 conversions are branch-free so that the kLanes blocks below vectorize at -O2.
+#ifndef XKERNELS_BINDINGS_HOST_CONVERT_H_
+#define XKERNELS_BINDINGS_HOST_CONVERT_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "host/ops.h"
+
+// With GCC on x86-64 glibc, an entry point with this attribute also gets an AVX2 clone (no FMA),
+// picked at load time: the same arithmetic in the same order, so the same results.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
+    !defined(XKERNELS_HOST_NO_CLONES)
+#define XK_HOST_CLONES __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define XK_HOST_CLONES
+#endif
+
+namespace xkernels::host {
+
+// Elements per block of the per-element loops: a fixed trip count, which GCC vectorizes at -O2.
+constexpr int64_t kLanes = 16;
+
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t FloatToBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline uint16_t Load16(const char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+inline void Store16(char* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+inline float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+inline uint16_t FloatToBf16(float f) {  // round to nearest even; NaN stays NaN (quiet)
+  const uint32_t u = FloatToBits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
+inline float F16ToFloat(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0x1f) return BitsToFloat(sign | 0x7f800000u | (man << 13));  // inf, NaN
+  if (exp == 0) {  // zero, subnormal: man * 2^-24
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  return BitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
+}
+inline uint16_t FloatToF16(float f) {  // round to nearest even
+  const uint32_t u = FloatToBits(f), sign = (u >> 16) & 0x8000u;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00);
+  if (a >= 65520.f) return static_cast<uint16_t>(sign | 0x7c00);  // overflows to inf
+  if (a < 6.103515625e-05f) {  // subnormal range: multiples of 2^-24
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.f)));
+  }
+  const uint32_t ua = FloatToBits(a);
+  const uint32_t rounded = ua + 0xfff + ((ua >> 13) & 1);
+  return static_cast<uint16_t>(sign | (((rounded >> 23) - 112) << 10) | ((rounded >> 13) & 0x3ff));
+}
+
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// n contiguous elements of type t at p, as floats: one dtype switch per row.
+inline void LoadFloats(const char* __restrict p, DType t, int64_t n, float* __restrict dst) {
+  int64_t c = 0;
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, p, 4 * n);
+      return;
+    case DType::kBF16:
+      for (; c + kLanes <= n; c += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) dst[c + j] = Bf16ToFloat(Load16(p + 2 * (c + j)));
+      for (; c < n; ++c) dst[c] = Bf16ToFloat(Load16(p + 2 * c));
+      return;
+    case DType::kF16:
+      for (; c < n; ++c) dst[c] = F16ToFloat(Load16(p + 2 * c));
+      return;
+  }
+}
+
+// Stores f(0), ..., f(n - 1) as n contiguous elements of type t at p, each rounded to t.
+template <class F>
+inline void StoreFloats(char* __restrict p, DType t, int64_t n, F f) {
+  int64_t c = 0;
+  switch (t) {
+    case DType::kF32:
+      for (; c + kLanes <= n; c += kLanes) {
+        for (int64_t j = 0; j < kLanes; ++j) {
+          const float v = f(c + j);
+          std::memcpy(p + 4 * (c + j), &v, 4);
+        }
+      }
+      for (; c < n; ++c) {
+        const float v = f(c);
+        std::memcpy(p + 4 * c, &v, 4);
+      }
+      return;
+    case DType::kBF16:
+      for (; c + kLanes <= n; c += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) Store16(p + 2 * (c + j), FloatToBf16(f(c + j)));
+      for (; c < n; ++c) Store16(p + 2 * c, FloatToBf16(f(c)));
+      return;
+    case DType::kF16:
+      for (; c < n; ++c) Store16(p + 2 * c, FloatToF16(f(c)));
+      return;
+  }
+}
+
+}  // namespace xkernels::host
+
+#endif  // XKERNELS_BINDINGS_HOST_CONVERT_H_

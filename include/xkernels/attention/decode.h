@@ -1,0 +1,121 @@
+// Tile shapes of the attention kernel (prefill.h) and the split-KV plan: which shape a call
+// takes, and over how many thread blocks each query tile's keys are split.
+//
+// A call's shape follows from its query rows per (request, kv head): q_len * group, the mean over
+// a ragged batch. Decode (one to a few tokens per request, the GQA group packed into the rows)
+// takes 16 rows and four warps that each take a quarter of every key tile, so the block streams
+// keys at full width with little arithmetic per byte; mid-sized tiles take 16 rows per warp x 4;
+// prefill takes 32 rows per warp x 4 (two m16 fragments per warp: half the shared-memory reads of
+// K and V per flop of 16 rows).
+#ifndef XKERNELS_ATTENTION_DECODE_H_
+#define XKERNELS_ATTENTION_DECODE_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "xkernels/attention/prefill.h"
+#include "xkernels/common.h"
+
+namespace xkernels::attention {
+
+enum class TileShape { kDecode, kMid, kPrefill };
+
+//             head_dim, warp rows, warps q x kv, keys/stage, stages, keys/step, Q in registers
+template <int D>
+using DecodeTile = Tile<D, 16, 1, 4, 64, (D == 256 ? 2 : 3), 16, D <= 128>;
+template <int D>
+using MidTile = Tile<D, 16, 4, 1, 64, (D == 256 ? 2 : 3), (D == 256 ? 32 : 64), D <= 128>;
+template <int D>
+using PrefillTile = Tile<D, 32, 4, 1, 64, (D == 64 ? 3 : 2), 64, D == 64, D == 128>;
+
+inline TileShape ChooseShape(int64_t head_dim, int64_t rows_per_request) {
+  if (rows_per_request <= 16) return TileShape::kDecode;
+  if (rows_per_request <= 64 || head_dim > 128) return TileShape::kMid;
+  return TileShape::kPrefill;
+}
+
+// Query rows per (request, kv head), rounded up: the mean over the batch.
+inline int64_t RowsPerRequest(int64_t total_q, int64_t batch, int64_t group) {
+  return batch > 0 ? (total_q * group + batch - 1) / batch : 0;
+}
+
+// Calls f(Tile{}) with the tile type of (head_dim, shape); cudaErrorInvalidValue for a head_dim
+// that was not compiled (the bindings refuse those first).
+template <class F>
+cudaError_t DispatchTile(int64_t head_dim, TileShape shape, F&& f) {
+  auto by_shape = [&](auto d) -> cudaError_t {
+    constexpr int D = decltype(d)::value;
+    switch (shape) {
+      case TileShape::kDecode:
+        return f(DecodeTile<D>{});
+      case TileShape::kMid:
+        return f(MidTile<D>{});
+      case TileShape::kPrefill:
+        if constexpr (D <= 128) return f(PrefillTile<D>{});
+        return f(MidTile<D>{});
+    }
+    return cudaErrorInvalidValue;
+  };
+  switch (head_dim) {
+    case 64:
+      return by_shape(std::integral_constant<int, 64>{});
+    case 128:
+      return by_shape(std::integral_constant<int, 128>{});
+    case 256:
+      return by_shape(std::integral_constant<int, 256>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// The kernel of a tile, its dynamic shared memory raised once per device (above 48 KB a block
+// must opt in).
+template <class Tl, typename T>
+cudaError_t PreparedKernel(void (**kernel)(Params)) {
+  static bool ready[kMaxDevices] = {};
+  int dev = 0;
+  XK_CUDA_TRY(CurrentDevice(&dev));
+  *kernel = AttentionKernel<Tl, T>;
+  if (!ready[dev]) {  // benign race: every thread sets the same attribute
+    XK_CUDA_TRY(
+        cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes));
+    ready[dev] = true;
+  }
+  return cudaSuccess;
+}
+
+// What the split decision depends on, from shapes alone (so that it needs no device memory).
+struct Geometry {
+  int64_t batch, total_q, num_qo_heads, num_kv_heads, head_dim;
+  int64_t kv_len;  // keys per request: exact for a dense batch, the mean otherwise
+};
+
+// The number of splits for a call on the current device: 1 when the query tiles alone give 90%
+// of the SMs a block; otherwise the fewest splits that do (at most one per key tile). Fewer,
+// longer blocks beat more, shorter ones: H100, bf16 decode of batch 1 over 32768 keys (GQA 32/8,
+// 8 query tiles): 16 splits (one block per SM) 58.2 us, 33 (two per SM) 62.5, 66 81.2, 132 113.0.
+inline cudaError_t PlanSplits(const Geometry& g, int32_t* splits) {
+  *splits = 1;
+  if (g.batch <= 0 || g.num_kv_heads <= 0 || g.total_q <= 0) return cudaSuccess;
+  DeviceProps props;
+  XK_CUDA_TRY(GetDeviceProps(&props));
+  const int64_t group = g.num_qo_heads / g.num_kv_heads;
+  const int64_t rows = RowsPerRequest(g.total_q, g.batch, group);
+  return DispatchTile(g.head_dim, ChooseShape(g.head_dim, rows), [&](auto tile) -> cudaError_t {
+    using Tl = decltype(tile);
+    const int64_t want = (9 * static_cast<int64_t>(props.sm_count) + 9) / 10;
+    const int64_t blocks = g.batch * ((rows + Tl::kRows - 1) / Tl::kRows) * g.num_kv_heads;
+    if (blocks >= want) return cudaSuccess;
+    const int64_t kv_tiles = std::max<int64_t>(1, (g.kv_len + Tl::kTileKv - 1) / Tl::kTileKv);
+    *splits =
+        static_cast<int32_t>(std::min<int64_t>({(want + blocks - 1) / blocks, kv_tiles, 1024}));
+    return cudaSuccess;
+  });
+}
+
+}  // namespace xkernels::attention
+
+#endif  // XKERNELS_ATTENTION_DECODE_H_
