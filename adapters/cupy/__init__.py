@@ -72,6 +72,10 @@ def _stream(like: cupy.ndarray):
     return tvm_ffi.use_raw_stream(d, _current_stream(dev).ptr)
 
 
+def _device_id(like: cupy.ndarray) -> int:
+    return like.device.id
+
+
 globals().update(_arrays.generate(_arrays.Backend(
     module=__name__, array=cupy.ndarray, array_name="cupy.ndarray", empty=_empty, arg=_arg,
-    stream=_stream)))
+    stream=_stream, device_id=_device_id)))

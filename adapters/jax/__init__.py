@@ -16,6 +16,12 @@ XLA's stream, marked safe for XLA's command buffers, i.e. CUDA graphs). Argument
 - ``jax.vmap``: batched data arguments with unbatched weights fold the batch into the rows (one
   call); a batched weight or bias falls back to a sequential ``lax.map``.
 - No backward yet: ``jax.grad`` or ``jax.jvp`` through an op raises NotImplementedError naming it.
+
+Attention ops return ``out`` or ``(out, lse)``. Their float32 workspace is one more result of the
+FFI call (XLA allocates it; the exported function takes it after the outputs), sized when the call
+is traced by the op's planner for the first input's GPU (or the default backend's). Their
+arguments are checked at trace time by the exported function in its dry-run mode, on host arrays
+of the exact shapes (zero strides, nothing allocated); ``jax.vmap`` maps them sequentially.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import tvm_ffi
 import jax
 from jax.custom_batching import custom_vmap
 
+from .. import _attention_calls as ac
 from .. import _dlpack, jit
 from ..ops import OPS, Op
 
@@ -125,6 +132,58 @@ def _core(name: str, attrs: tuple):
     return jax.jit(fn)
 
 
+def _device_id(x) -> int:
+    """The device an attention call plans for: a concrete array's GPU (-1: host memory); under a
+    trace, the default backend's first GPU."""
+    if isinstance(x, jax.core.Tracer):
+        return 0 if jax.default_backend() == "gpu" else -1
+    d = next(iter(x.devices()))
+    return d.local_hardware_id if d.platform == "gpu" else -1
+
+
+@functools.cache
+def _attention_core(name: str, attrs: tuple, device_id: int):
+    """The jitted attention op for fixed (encoded) attributes, planned for `device_id`: ffi_call
+    (results: the outputs, those that do not exist as (0,) float32, then the workspace), under
+    custom_vmap (sequential) and custom_jvp."""
+    op = OPS[name]
+    index = {x.name: i for i, x in enumerate(op.inputs)}
+    named = {a.name: v for a, v in zip(op.attrs, attrs)}
+    exists = [o.exists(named) for o in op.outputs]
+
+    def call(*args):
+        _register(name)
+        likes = [args[index[o.like]] for o in op.outputs]
+        outs = [(o.shape_for(a.shape, named),
+                 np.dtype(np.float32) if o.dtype == "float32" or not e else a.dtype)
+                for o, e, a in zip(op.outputs, exists, likes)]
+        _dry_run(op, args, attrs, outs)  # at trace time: once per shapes and dtypes
+        types = [jax.ShapeDtypeStruct(*sd) for sd in outs]
+        ffi = attrs
+        if op.workspace:
+            ffi, n = jit.plan(op, device_id, tuple(tuple(a.shape) for a in args), attrs)
+            types.append(jax.ShapeDtypeStruct((n,), np.float32))
+        res = jax.ffi.ffi_call(target(name), types)(*args, **_ffi_attrs(op, ffi))
+        got = tuple(r for r, e in zip(res, exists) if e)
+        return got if len(got) > 1 else got[0]
+
+    fn = custom_vmap(call)
+    all_batched = (True,) * sum(exists) if sum(exists) > 1 else True
+
+    @fn.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        # one call per slice: the batch does not fold into these ops' layouts
+        def one(sliced):
+            it = iter(sliced)
+            return fn(*[next(it) if b else a for a, b in zip(args, in_batched)])
+
+        return jax.lax.map(one, tuple(a for a, b in zip(args, in_batched) if b)), all_batched
+
+    fn = jax.custom_jvp(fn)
+    fn.defjvp(lambda primals, tangents: _no_grad(name))
+    return jax.jit(fn)
+
+
 def _static(op: str, name: str, value):
     if type(value) is float:
         return value
@@ -212,6 +271,48 @@ def _validate(op: Op, args: tuple, attrs: tuple) -> None:
     _checked[key] = None
 
 
+def _dry_run(op: Op, args: tuple, attrs: tuple, outs: list) -> None:
+    """An attention op's argument checks: the exported function in its module's dry-run mode
+    (checks, then returns) on host arrays of the exact shapes and dtypes of the arguments and of
+    the outputs (`outs`: (shape, dtype) each), with an empty workspace."""
+    key = (op.name, attrs, *((a.shape, a.dtype) for a in args))
+    if key in _checked:
+        return
+    fn = jit.FUNCTIONS[op.name]
+    dry = jit.load(op.module)["_set_dry_run"]
+    ws = [_host_array((0,), np.float32, exact=True)] if op.workspace else []
+    arrays = [*(_host_array(s, d, exact=True) for s, d in outs), *ws,
+              *(_host_array(a.shape, a.dtype, exact=True) for a in args)]
+    dry(1)
+    try:
+        fn(*arrays, *attrs)
+    except (TypeError, ValueError) as e:
+        raise type(e)(str(e).split("\n")[0]) from None
+    finally:
+        dry(0)
+    _checked[key] = None
+
+
+def _attention_source(op: Op) -> str:
+    ins = [x.name for x in op.inputs]
+    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs])
+    lines = [f"def {op.name}({params}):"]
+    for a in op.attrs:
+        enc = f"_ENC_{op.name}_{a.name}" if op.encoded(a) else "_float"
+        lines.append(f"    {a.name} = {enc}(_static({op.name!r}, {a.name!r}, {a.name}))")
+    for x in ins:
+        lines.append(f"    if type({x}) is not _ArrayImpl: {x} = _array({op.name!r}, {x!r}, {x})")
+    lines += [
+        "    try:",
+        f"        return _attention_core({op.name!r}, {ac.attrs(op)}, _device_id({ins[0]}))"
+        f"({', '.join(ins)})",
+        "    except (ValueError, TypeError, RuntimeError):",
+        f"        _same_device(_OP_{op.name}, ({', '.join(ins)},))",
+        "        raise",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _source(op: Op) -> str:
     ins = [x.name for x in op.inputs]
     params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs])
@@ -237,6 +338,8 @@ def _source(op: Op) -> str:
 
 
 def _doc(op: Op) -> str:
+    if op.kind != "rows":
+        return op.docstring(ac.returns_doc(op), "; static")
     last = ("Returns (" + ", ".join(o.name for o in op.outputs) + "), aliased to ("
             + ", ".join(op.aliases[o.name] for o in op.outputs) + ")." if op.in_place else "")
     return op.docstring(last, "; static")
@@ -244,11 +347,13 @@ def _doc(op: Op) -> str:
 
 def _generate() -> dict:
     env = {"_static": _static, "_array": _array, "_same_device": _same_device,
-           "_core": _core, "_float": float, "_ArrayImpl": type(jax.numpy.zeros(()))}
+           "_core": _core, "_float": float, "_ArrayImpl": type(jax.numpy.zeros(())),
+           "_attention_core": _attention_core, "_device_id": _device_id}
     public = {}
     for op in OPS.values():
         env[f"_OP_{op.name}"] = op
-        public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
+        source = _source(op) if op.kind == "rows" else _attention_source(op)
+        public[op.name] = op.generate(source, env, __name__, _doc(op))
     return public
 
 

@@ -9,6 +9,12 @@ below the native ops'. The kernel runs on torch's current stream (TVM-FFI reads 
 Functional ops take an optional ``out=``; in-place ops (``fused_add_rmsnorm``) overwrite their
 inputs and return None, as FlashInfer's do, or, given all their outputs by keyword
 (``out=, residual_out=``), write those instead and leave the inputs alone.
+
+Attention ops take their outputs by keyword (``out=, lse=``) and return ``out`` or ``(out, lse)``.
+Their float32 workspace, sized by the op's planner (cached per shapes), comes from torch's caching
+allocator on every call: in the custom op's implementation, not its schema, so that
+``torch.compile`` traces only the outputs' allocation and a CUDA graph capture takes the
+workspace from the graph's pool.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import functools
 
 import torch
 
+from .. import _attention_calls as ac
 from .. import jit
 from ..ops import OPS, Op, outputs_given
 
@@ -111,6 +118,59 @@ def _source(op: Op) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _attention_schema(op: Op) -> str:
+    """An attention op's schema: every output (mutated), the inputs, the encoded attributes; no
+    workspace (the implementation allocates it)."""
+    args = [f"Tensor(a{i}!) {o.name}" for i, o in enumerate(op.outputs)]
+    args += [f"Tensor {x.name}" for x in op.inputs]
+    args += [f"{a.ffi_type} {a.name}" for a in op.attrs]
+    return f"{op.name}({', '.join(args)}) -> ()"
+
+
+def _attention_source(op: Op) -> str:
+    ins = [x.name for x in op.inputs]
+    outs = [o.name for o in op.outputs]
+    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
+                       + [f"{o}=None" for o in outs])
+    op_args = ", ".join(outs + ins + [a.name for a in op.attrs])
+    first = ins[0]
+    grad = " or ".join(f"{x.name}.requires_grad" for x in op.inputs if x.role != "index")
+
+    def run(indent: str) -> list[str]:
+        if not op.workspace:
+            return [f"{indent}_FN[{op.name!r}]({op_args})"]
+        return [f"{indent}_a, _n = {ac.plan(op, f'{first}.get_device()')}",
+                f"{indent}_FN[{op.name!r}]({', '.join(outs)}, _empty(_n, dtype=_f32, "
+                f"device={first}.device), {', '.join(ins)}, *_a)"]
+
+    lines = [f"def {op.name}({params}):", *ac.encode(op)]
+    for o in op.outputs:
+        lines += [f"    if {o.name} is None:",
+                  f"        {o.name} = _empty({ac.shape(op, o, f'{o.like}.shape')}, "
+                  f"dtype={ac.dtype(o, f'{o.like}.dtype')}, device={o.like}.device)",
+                  f"    elif not isinstance({o.name}, _Tensor):",
+                  f"        _not_tensor({op.name!r}, {o.name!r}, {o.name})"]
+    lines += [
+        f"    if type({first}) is _Tensor and not _is_compiling():",
+        f"        if _grad_enabled() and ({grad}):",
+        f"            _no_grad({op.name!r})",
+        *run("        "),
+        "    else:",
+        f"        _ops.{op.name}({op_args})",
+        f"    return {ac.returns(op)}",
+        "",
+        f"def _impl_{op.name}({op_args}):",
+        *run("    "),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _not_tensor(op: str, name: str, x):
+    t = type(x)
+    raise TypeError(f"xkernels.torch.{op}: {name} must be a torch.Tensor, got "
+                    f"{t.__module__}.{t.__qualname__}")
+
+
 def _fake(*args, **kwargs):
     return None
 
@@ -127,14 +187,22 @@ def _generate() -> dict:
         "_no_grad": _no_grad,
         "_ops": torch.ops.xkernels,
         "_outputs_given": functools.partial(outputs_given, __name__),
+        "_f32": torch.float32,
+        "_plan": jit.plan,
+        "_not_tensor": _not_tensor,
     }
     public = {}
     for op in OPS.values():
         names = [op.name] + ([f"{op.name}_out"] if op.in_place else [])
-        _lib.define(_schema(op))
-        if op.in_place:
-            _lib.define(_schema(op, out_form=True))
-        public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
+        if op.kind != "rows":
+            env[f"_OP_{op.name}"] = op
+            _lib.define(_attention_schema(op))
+            public[op.name] = op.generate(_attention_source(op), env, __name__, _doc(op))
+        else:
+            _lib.define(_schema(op))
+            if op.in_place:
+                _lib.define(_schema(op, out_form=True))
+            public[op.name] = op.generate(_source(op), env, __name__, _doc(op))
         for name in names:
             impl = env[f"_impl_{name}"]
             _lib.impl(name, impl, "CPU")
@@ -144,6 +212,8 @@ def _generate() -> dict:
 
 
 def _doc(op: Op) -> str:
+    if op.kind != "rows":
+        return op.docstring(f"{ac.returns_doc(op)} {ac.outputs_doc(op, 'tensors')}")
     return op.docstring(op.overwrites_or("tensors") if op.in_place else
                         "out: optional destination tensor (shape and dtype of the result).")
 

@@ -3,7 +3,9 @@ DLPack (NumPy, CuPy): one generator over the op table, given what differs per li
 type, how to allocate an output, how an array crosses, the stream a call runs on).
 
 Functional ops take an optional ``out=`` and return it; in-place ops (``fused_add_rmsnorm``)
-overwrite their inputs and return None, as in ``xkernels.torch``.
+overwrite their inputs and return None, as in ``xkernels.torch``. Attention ops take their outputs
+by keyword (``out=, lse=``) and return ``out`` or ``(out, lse)``; their float32 workspace, sized
+by the op's planner (cached per shapes), is allocated by the library per call.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from . import _attention_calls as ac
 from . import jit
 from .ops import OPS, Op, outputs_given
 
@@ -26,6 +31,8 @@ class Backend:
     arg: Callable[[Any], Any]  # array -> what the exported function takes (same memory)
     stream: Callable[[Any], Any] | None = None  # like -> context manager: the stream of the call
     read_only: Callable[[Any], bool] | None = None  # array -> True when it must not be written
+    # array -> the GPU an attention op plans for; None: host memory (-1)
+    device_id: Callable[[Any], int] | None = None
 
 
 def _source(op: Op, b: Backend) -> str:
@@ -63,7 +70,43 @@ def _source(op: Op, b: Backend) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _attention_source(op: Op, b: Backend) -> str:
+    ins = [x.name for x in op.inputs]
+    outs = [o.name for o in op.outputs]
+    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
+                       + [f"{o}=None" for o in outs])
+    lines = [f"def {op.name}({params}):"]
+    lines += [f"    if type({x}) is not _A: _check({op.name!r}, {x!r}, {x})" for x in ins]
+    lines += ac.encode(op)
+    for o in op.outputs:
+        lines += [f"    if {o.name} is None:",
+                  f"        {o.name} = _empty({ac.shape(op, o, f'{o.like}.shape')}, "
+                  f"{ac.dtype(o, f'{o.like}.dtype')}, {o.like})",
+                  "    else:",
+                  f"        if type({o.name}) is not _A: _check({op.name!r}, {o.name!r}, {o.name})"]
+        if b.read_only:
+            lines.append(f"        if _read_only({o.name}): _refuse({op.name!r}, {o.name!r})")
+    first = ins[0]
+    args = [f"_arg({t})" for t in outs]
+    if op.workspace:
+        device = f"_device_id({first})" if b.device_id else "-1"
+        lines += [f"    _a, _n = {ac.plan(op, device)}",
+                  f"    _ws = _empty((_n,), _f32, {first})"]
+        args += ["_arg(_ws)", *(f"_arg({x})" for x in ins), "*_a"]
+    else:
+        args += [*(f"_arg({x})" for x in ins), *(a.name for a in op.attrs)]
+    call = f"_FN[{op.name!r}]({', '.join(args)})"
+    if b.stream:
+        lines += [f"    with _stream({first}):", f"        {call}"]
+    else:
+        lines.append(f"    {call}")
+    lines.append(f"    return {ac.returns(op)}")
+    return "\n".join(lines) + "\n"
+
+
 def _doc(op: Op, b: Backend) -> str:
+    if op.kind != "rows":
+        return op.docstring(f"{ac.returns_doc(op)} {ac.outputs_doc(op, f'{b.array_name}s')}")
     return op.docstring(op.overwrites_or(f"{b.array_name}s") if op.in_place else
                         f"out: optional destination {b.array_name} (shape and dtype of the result).")
 
@@ -81,8 +124,11 @@ def generate(b: Backend) -> dict[str, Callable]:
 
     env = {"_A": b.array, "_check": check, "_refuse": refuse, "_empty": b.empty, "_arg": b.arg,
            "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS,
-           "_outputs_given": functools.partial(outputs_given, b.module)}
+           "_outputs_given": functools.partial(outputs_given, b.module),
+           "_device_id": b.device_id, "_plan": jit.plan, "_f32": np.dtype(np.float32)}
     public = {}
     for op in OPS.values():
-        public[op.name] = op.generate(_source(op, b), env, b.module, _doc(op, b))
+        env[f"_OP_{op.name}"] = op
+        source = _source(op, b) if op.kind == "rows" else _attention_source(op, b)
+        public[op.name] = op.generate(source, env, b.module, _doc(op, b))
     return public

@@ -38,8 +38,10 @@ from .modules import MODULES, ModuleSpec
 if TYPE_CHECKING:
     import tvm_ffi
 
+    from .ops import Op
+
 __all__ = ["BuildError", "JITDisabledError", "arch_list", "build", "cache_dir", "load",
-           "load_spec", "module_status", "parse_arch_list"]
+           "load_spec", "module_status", "parse_arch_list", "plan"]
 
 HOST = "host"  # the arch tag of the variant built without nvcc
 _DEFAULT_ARCHS = ["90a"]
@@ -556,15 +558,38 @@ def module_status() -> dict[str, str]:
 
 
 class Functions(dict):
-    """Exported TVM-FFI functions by op name, loaded (and built if needed) on first use; one
-    table per process, shared by every adapter."""
+    """Exported TVM-FFI functions by op name (and `<op>_plan`, the planner of an op with a
+    workspace, from the op's module), loaded (and built if needed) on first use; one table per
+    process, shared by every adapter."""
 
     def __missing__(self, name: str):
         from .ops import OPS
 
-        fn = load(OPS[name].module)[name]
+        op = OPS.get(name)
+        if op is None and name.endswith("_plan"):
+            op = OPS.get(name[: -len("_plan")])
+            op = op if op is not None and op.workspace else None
+        if op is None:
+            raise KeyError(name)
+        fn = load(op.module)[name]
         self[name] = fn
         return fn
 
 
 FUNCTIONS = Functions()
+
+_plans: dict[tuple, tuple[tuple, int]] = {}
+
+
+def plan(op: Op, device_id: int, shapes: tuple, attrs: tuple) -> tuple[tuple, int]:
+    """The exported `<op>_plan` for a call of an op with a workspace on device `device_id` (-1:
+    host memory) with inputs of `shapes` (tuples of ints, in the op's input order) and encoded
+    `attrs`: (the attrs to pass, num_splits resolved; the workspace's float32 elements). Cached
+    per key: the planner may query the GPU."""
+    key = (op.name, device_id, shapes, attrs)
+    got = _plans.get(key)
+    if got is None:
+        res = FUNCTIONS[op.plan_name](device_id, *[[int(d) for d in s] for s in shapes], *attrs)
+        i = next(i for i, a in enumerate(op.attrs) if a.name == "num_splits")
+        got = _plans[key] = ((*attrs[:i], int(res[0]), *attrs[i + 1:]), int(res[1]))
+    return got
