@@ -519,3 +519,383 @@ def test_cli_adapters_one_framework_and_a_wrong_result(monkeypatch, tmp_path, ca
     assert "xkernels FAILED" in out and "CHECK FAILED" in out
     recs = [json.loads(line) for line in (tmp_path / "adapters-cpu.jsonl").read_text().splitlines()]
     assert {r["framework"] for r in recs} == {"numpy"}
+
+
+# ------------------------------------------------------------------------------ --family attention
+
+ATTN_KEYS = REQUIRED | {"case", "kind", "causal", "batch", "q_len", "kv_len", "num_qo_heads",
+                        "num_kv_heads", "head_dim", "design", "check", "calls"}
+
+
+def test_attention_accounting():
+    """FLOPs and bytes as shared/reference/anchors.md counts them: its (ms, figure) pairs."""
+    from xkernels import bench_attention as ba
+
+    mha = ba.prefill_case(8192, 32, 32, 128, False)
+    assert ba.flops(mha) == 4 * 8192 * 8192 * 32 * 128
+    assert ba.flops(ba.prefill_case(8192, 32, 32, 128, True)) * 2 == ba.flops(mha)
+    for (s, hq, hkv, d, causal), ms, tf in [
+            ((8192, 32, 32, 128, False), 1.5763, 697.5), ((8192, 32, 32, 128, True), 0.9378, 586.2),
+            ((4096, 32, 8, 128, False), 0.4375, 628.3), ((4096, 32, 8, 128, True), 0.2579, 532.9),
+            ((8192, 16, 16, 64, False), 0.8244, 333.4), ((8192, 16, 16, 64, True), 0.3375, 407.2)]:
+        c = ba.prefill_case(s, hq, hkv, d, causal)
+        assert ba.tflops(ba.flops(c), ms) == pytest.approx(tf, abs=0.1), c.label
+    dec = ba.decode_case(64, 4096, 32, 8, 128)
+    assert ba.bytes_moved(dec, 2) == 2 * 64 * 4096 * 8 * 128 * 2 + 2 * 64 * 32 * 128 * 2
+    for (b, n), ms, g in [((64, 4096), 0.3594, 2990.6), ((256, 2048), 0.6992, 3077.5),
+                          ((16, 16384), 0.3624, 2963.3), ((64, 4096), 0.3966, 2709.7)]:
+        c = ba.decode_case(b, n, 32, 8, 128)
+        assert bench.gbps(ba.bytes_moved(c, 2), ms) == pytest.approx(g, rel=3e-4), c.label
+    assert ba.tflops(1, None) is None and ba.tflops(1, 0.0) is None
+    # a set: q, k, v (prefill); q and whole pages of the caches (decode)
+    assert ba.set_bytes(mha, 2) == 3 * 8192 * 32 * 128 * 2
+    host = ba.decode_case(4, 300, 8, 2, 128)
+    assert host.pages_per_request == 19
+    assert ba.set_bytes(host, 2) == 4 * 8 * 128 * 2 + 2 * 4 * 19 * 16 * 2 * 128 * 2
+    assert ba.bytes_moved(host, 2) == 2 * 4 * 300 * 2 * 128 * 2 + 2 * 4 * 8 * 128 * 2
+    l2 = 50 << 20  # every GPU case rotates >= 3 sets, inputs >= 3x the L2
+    for c in ba.select_cases():
+        n = bench.n_sets(ba.set_bytes(c, 2), l2, free_bytes=80 << 30)
+        assert n >= 3 and n * ba.set_bytes(c, 2) >= 3 * l2, c.label
+
+
+def test_attention_cases():
+    from xkernels import bench_attention as ba
+
+    full = ba.select_cases()
+    labels = [c.label for c in full]
+    assert len(full) == 11 and len(set(labels)) == 11
+    for s, hq, hkv, d in [(8192, 32, 32, 128), (4096, 32, 8, 128), (8192, 16, 16, 64)]:
+        for causal in (False, True):  # anchors.md's names
+            assert f"prefill s={s} hq={hq} hkv={hkv} d={d} causal={causal}" in labels
+    for b, n in [(64, 4096), (1, 32768), (256, 1024), (16, 16384), (256, 2048)]:
+        assert f"decode b={b} L={n} hq=32 hkv=8 d=128 paged ps=16" in labels
+    for c in full:
+        assert c.batch >= 1 and c.num_qo_heads % c.num_kv_heads == 0
+        if c.kind == "prefill":
+            assert c.op == "attention" and c.batch == 1 and c.q_len == c.kv_len
+            assert c.q_shape == (1, c.q_len, c.num_qo_heads, c.head_dim)
+        else:
+            assert c.op == "decode_paged" and c.q_len == 1 and c.page_size == 16
+            assert not c.causal and c.q_shape == (c.batch, 32, 128)
+    quick = ba.select_cases(quick=True)
+    assert [c.kind for c in quick] == ["prefill"] * 3 + ["decode"] * 2
+    assert not any(c.causal for c in quick)
+    assert len({(c.num_qo_heads, c.num_kv_heads, c.head_dim) for c in quick[:3]}) == 3
+    host = ba.select_cases(quick=True, gpu=False)
+    assert [c.label for c in host] == ["prefill s=256 hq=4 hkv=2 d=64 causal=False",
+                                       "decode b=4 L=300 hq=8 hkv=2 d=128 paged ps=16"]
+    assert len(ba.select_cases(gpu=False)) == 3
+    tokens = ba.check_tokens(8192)
+    assert tokens[:16] == list(range(16)) and tokens[-16:] == list(range(8176, 8192))
+    assert len(tokens) == 48 and ba.check_tokens(20) == list(range(20))
+
+
+def _attn_ctx(groups, peers=None):
+    return bench.Context(gpu=False, dtype_name="bf16", quick=True, groups=set(groups),
+                         peers=peers or {}, copy_gbps=100.0, date="2026-01-01",
+                         versions={"xkernels": "0"})
+
+
+def test_attention_inputs_and_reference():
+    """The float64 reference at the checked rows against SDPA in float64; the decode page table
+    (a permutation of the cache's pages, a partial last page) read back through the contiguous
+    copy; a wrong output fails the check."""
+    from xkernels import bench_attention as ba, reference
+
+    ctx = _attn_ctx(())
+    for causal in (False, True):
+        c = ba.prefill_case(40, 4, 2, 16, causal)
+        s = ba.make_set(c, ctx)
+        sel = ba.selection(c)
+        ref = ba.reference(c, s, sel)
+        want = F.scaled_dot_product_attention(
+            s["q"].double().transpose(1, 2), s["k"].double().transpose(1, 2),
+            s["v"].double().transpose(1, 2), is_causal=causal, enable_gqa=True).transpose(1, 2)
+        assert ref.shape == (len(sel) * 4, 16)
+        assert torch.allclose(torch.from_numpy(ref), want[0, sel].reshape(-1, 16), atol=1e-12)
+        full, _ = reference.attention(*(s[n].double().numpy() for n in "qkv"), causal=causal)
+        assert abs(full[0, sel].reshape(-1, 16) - ref).max() < 1e-12  # the op table's reference
+        assert ba.check(c, want.to(torch.bfloat16), sel, ref, "bf16") is None
+        wrong = want.clone()
+        wrong[0, -1, 1] += 0.1  # the last token, one head
+        assert "off" in ba.check(c, wrong.to(torch.bfloat16), sel, ref, "bf16")
+        assert "shape" in ba.check(c, want[0], sel, ref, "bf16")
+    c = ba.decode_case(3, 40, 4, 2, 16)
+    s = ba.make_set(c, ctx, contiguous=True)
+    assert s["kv_indptr"].tolist() == [0, 3, 6, 9] and s["kv_last_page_len"].tolist() == [8] * 3
+    assert sorted(s["kv_indices"].tolist()) == list(range(9))
+    assert s["kv_indices"].dtype == torch.int32 and s["k_contig"].shape == (3, 2, 40, 16)
+    b, t = 2, 37  # token 37 of request 2: page 2 of its pages, slot 5
+    page = int(s["kv_indices"][s["kv_indptr"][b] + t // 16])
+    assert torch.equal(s["k_contig"][b, :, t], s["k_cache"][page, t % 16])
+    sel = ba.selection(c)
+    ref = ba.reference(c, s, sel)
+    want = F.scaled_dot_product_attention(
+        s["q"].double().unsqueeze(2), s["k_contig"].double(), s["v_contig"].double(),
+        enable_gqa=True).squeeze(2)
+    assert torch.allclose(torch.from_numpy(ref), want[sel].reshape(-1, 16), atol=1e-12)
+    full, _ = reference.decode_paged(
+        s["q"].double().numpy(), s["k_cache"].double().numpy(), s["v_cache"].double().numpy(),
+        s["kv_indptr"], s["kv_indices"], s["kv_last_page_len"])
+    assert abs(full[sel].reshape(-1, 16) - ref).max() < 1e-12
+    nan = torch.full_like(want, float("nan")).to(torch.bfloat16)
+    assert "non-finite" in ba.check(c, nan, sel, ref, "bf16")
+
+
+def _paged_ref(q, kc, vc, indptr, indices, last):
+    out = torch.empty_like(q)
+    ps = kc.shape[1]
+    for b in range(q.shape[0]):
+        pages = indices[indptr[b]:indptr[b + 1]].long()
+        n = (len(pages) - 1) * ps + int(last[b])
+        k = kc[pages].reshape(-1, *kc.shape[2:])[:n].transpose(0, 1).float()
+        v = vc[pages].reshape(-1, *vc.shape[2:])[:n].transpose(0, 1).float()
+        o = F.scaled_dot_product_attention(q[b].float().unsqueeze(1), k, v, enable_gqa=True)
+        out[b] = o.squeeze(1).to(q.dtype)
+    return out
+
+
+def _fake_flashinfer_attention(log):
+    """flashinfer.single_prefill_with_kv_cache and BatchDecodeWithPagedKVCacheWrapper with
+    FlashInfer 0.5.3's signatures (flashinfer/prefill.py, decode.py) and checks."""
+    def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=None,
+                                     o_dtype=None, custom_mask=None, packed_custom_mask=None,
+                                     causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
+                                     use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
+                                     logits_soft_cap=None, rope_scale=None, rope_theta=None,
+                                     backend="auto", return_lse=False):
+        assert q.ndim == k.ndim == 3 and kv_layout == "NHD" and backend in ("fa2", "fa3")
+        log.append(("prefill", backend, causal))
+        o = F.scaled_dot_product_attention(q.transpose(0, 1).float(), k.transpose(0, 1).float(),
+                                           v.transpose(0, 1).float(), is_causal=causal,
+                                           enable_gqa=True)
+        return o.transpose(0, 1).to(q.dtype)
+
+    class BatchDecodeWithPagedKVCacheWrapper:
+        def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                     use_tensor_cores=False, paged_kv_indptr_buffer=None,
+                     paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
+                     backend="auto", jit_args=None):
+            assert float_workspace_buffer.dtype == torch.uint8 and kv_layout == "NHD"
+            if use_cuda_graph:
+                for buf in (paged_kv_indptr_buffer, paged_kv_indices_buffer,
+                            paged_kv_last_page_len_buffer):
+                    assert torch.is_tensor(buf), "buffers needed in cudagraph mode"
+                assert len(paged_kv_indptr_buffer) == len(paged_kv_last_page_len_buffer) + 1
+            self.graph, self.tc = use_cuda_graph, use_tensor_cores
+            self.bufs = (paged_kv_indptr_buffer, paged_kv_indices_buffer,
+                         paged_kv_last_page_len_buffer)
+            log.append(("decode", use_tensor_cores, use_cuda_graph))
+
+        def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                 page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
+                 q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
+                 rope_scale=None, rope_theta=None, non_blocking=True, block_tables=None,
+                 seq_lens=None, fixed_split_size=None, disable_split_kv=False):
+            for t in (indptr, indices, last_page_len):
+                assert t.dtype == torch.int32
+            if self.graph:
+                assert len(last_page_len) == len(self.bufs[2])
+                self.bufs[0].copy_(indptr)
+                self.bufs[1][:len(indices)].copy_(indices)
+                self.bufs[2].copy_(last_page_len)
+            else:
+                self.bufs = (indptr, indices, last_page_len)
+            self.dtypes = (q_data_type, kv_data_type or q_data_type)
+            self.shape = (num_qo_heads, num_kv_heads, head_dim, page_size)
+
+        def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None,
+                out=None, lse=None, return_lse=False, enable_pdl=None, window_left=None,
+                sinks=None, q_len_per_req=1):
+            kc, vc = paged_kv_cache
+            assert (q.dtype, kc.dtype) == self.dtypes, "_check_cached_qkv_data_type"
+            assert (q.shape[1], kc.shape[2], q.shape[2], kc.shape[1]) == self.shape
+            o = _paged_ref(q, kc, vc, *self.bufs)
+            if out is None:
+                return o
+            assert out.shape == q.shape and out.dtype == q.dtype
+            return out.copy_(o)
+
+    return types.SimpleNamespace(
+        single_prefill_with_kv_cache=single_prefill_with_kv_cache,
+        BatchDecodeWithPagedKVCacheWrapper=BatchDecodeWithPagedKVCacheWrapper)
+
+
+def _fake_flash_attn(log):
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                        deterministic=False, return_attn_probs=False):
+        assert q.ndim == 4
+        log.append(("flash_attn", causal))
+        o = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k.transpose(1, 2).float(),
+                                           v.transpose(1, 2).float(), is_causal=causal,
+                                           enable_gqa=True)
+        return o.transpose(1, 2).to(q.dtype)
+
+    return types.SimpleNamespace(flash_attn_func=flash_attn_func)
+
+
+def test_attention_peer_glue_on_stand_ins(monkeypatch):
+    from xkernels import bench_attention as ba
+
+    monkeypatch.setattr(ba, "WORKSPACE_BYTES", 1 << 10)
+    log = []
+    ctx = _attn_ctx(("torch", "flashinfer", "flash_attn"),
+                    {"flashinfer": _fake_flashinfer_attention(log),
+                     "flash_attn": _fake_flash_attn(log)})
+    rows = []
+    for causal in (False, True):
+        ba.run_case(ba.prefill_case(64, 4, 2, 32, causal), ctx, rows.append)
+    ba.run_case(ba.decode_case(3, 40, 4, 2, 32), ctx, rows.append)
+    by = {(r["case"], r["impl"]): r for r in rows}
+    pre = "prefill s=64 hq=4 hkv=2 d=32 causal=True"
+    dec = "decode b=3 L=40 hq=4 hkv=2 d=32 paged ps=16"
+    assert {i for c, i in by if c == pre} == {"torch sdpa flash", "flashinfer fa2",
+                                              "flashinfer fa3", "flash_attn"}
+    assert {i for c, i in by if c == dec} == {"flashinfer decode", "flashinfer decode tc",
+                                              "torch sdpa (contiguous)"}
+    for r in rows:
+        assert ATTN_KEYS <= r.keys(), r.keys()
+        assert r["check"] == "ok" and r["ms"] > 0, r
+        if r["kind"] == "prefill":
+            assert r["gbps"] is None and r["tflops"] == pytest.approx(
+                ba.flops(ba.prefill_case(64, 4, 2, 32, r["causal"])) / r["ms"] / 1e9)
+        else:
+            assert r["gbps"] == pytest.approx(
+                ba.bytes_moved(ba.decode_case(3, 40, 4, 2, 32), 2) / r["ms"] / 1e6)
+            assert r["page_size"] == 16 and r["shape"] == [3, 4, 32]
+    assert by[(dec, "torch sdpa (contiguous)")]["design"] == ba.REFERENCE
+    assert ("prefill", "fa3", True) in log and ("flash_attn", True) in log
+    assert ("decode", True, True) in log  # tensor cores, use_cuda_graph with fixed buffers
+    assert not ctx.xkernels_failed
+
+
+def test_attention_sdpa_fallbacks(monkeypatch):
+    """SDPA that refuses enable_gqa: the prefill rows fall back to repeated kv heads, the decode
+    reference to the query heads of a kv head as rows; the rows say so."""
+    from xkernels import bench_attention as ba
+
+    real = F.scaled_dot_product_attention
+
+    def no_gqa(q, k, v, *a, enable_gqa=False, **kw):
+        if enable_gqa:
+            raise RuntimeError("No available kernel")
+        o = real(q, k, v, *a, **kw)
+        return o.transpose(1, 2).contiguous().transpose(1, 2)  # laid out [B, S, H, D]
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", no_gqa)
+    rows = []
+    ctx = _attn_ctx(("torch",))
+    ba.run_case(ba.prefill_case(48, 4, 2, 16, True), ctx, rows.append)
+    ba.run_case(ba.decode_case(5, 20, 8, 2, 16), ctx, rows.append)
+    by = {r["impl"]: r for r in rows}
+    assert set(by) == {"torch sdpa flash (kv repeated)", "torch sdpa (contiguous, heads as rows)"}
+    for r in rows:
+        assert r["check"] == "ok" and r["ms"] > 0, r
+        assert "No available kernel" in r["note"]
+
+
+def test_attention_peer_failures_and_ratios(monkeypatch):
+    """A peer that raises gets a failed row, one that is wrong a CHECK FAILED row; neither, nor
+    the contiguous reference, counts as the best peer; causal and non-causal cases apart."""
+    from xkernels import bench_attention as ba
+
+    log = []
+    fi = _fake_flashinfer_attention(log)
+    good = fi.single_prefill_with_kv_cache
+
+    def prefill(q, k, v, causal=False, backend="auto"):
+        if backend == "fa3":
+            raise RuntimeError("fa3 needs sm90")
+        return good(q, k, v, causal=causal, backend=backend) * 0  # wrong
+
+    fi.single_prefill_with_kv_cache = prefill
+    rows = []
+    ba.run_case(ba.prefill_case(64, 4, 4, 32, False), _attn_ctx(("torch", "flashinfer"),
+                                                                {"flashinfer": fi}), rows.append)
+    by = {r["impl"]: r for r in rows}
+    assert by["flashinfer fa3"]["ms"] is None
+    assert by["flashinfer fa3"]["note"] == "failed: RuntimeError: fa3 needs sm90"
+    assert by["flashinfer fa2"]["check"] == "failed"
+    assert "CHECK FAILED" in by["flashinfer fa2"]["note"]
+    assert by["torch sdpa flash"]["check"] == "ok"
+
+    def r(case, impl, ms, design, **kw):
+        return {"family": "attention", "case": case, "op": "attention", "shape": [1],
+                "impl": impl, "ms": ms, "design": design, "kind": "prefill", **kw}
+
+    a, b, d = "prefill A causal=False", "prefill A causal=True", "decode D"
+    rows = [r(a, "xkernels", 1.0, "cp.async", tflops=500.0),
+            r(a, "torch sdpa flash", 1.25, "cp.async"),
+            r(a, "flashinfer fa3", 0.8, "TMA+wgmma"),
+            r(a, "torch sdpa cudnn", 0.5, "TMA+wgmma", check="failed"),
+            r(a, "flash_attn", None, "cp.async", note="failed: x"),
+            r(b, "xkernels", 0.5, "cp.async"), r(b, "flashinfer fa2", 0.625, "cp.async"),
+            r(d, "xkernels", 0.4, "cp.async", kind="decode", gbps=2900.0),
+            r(d, "flashinfer decode", 0.5, "cp.async", kind="decode"),
+            r(d, "torch sdpa (contiguous)", 0.3, "reference", kind="decode"),
+            r("decode E", "xkernels", 0.4, "cp.async", kind="decode")]  # no peer: no ratio
+    assert ba.ratios(rows) == {0: (pytest.approx(1.25), pytest.approx(0.8)),
+                               5: (pytest.approx(0.8), pytest.approx(0.8)),
+                               7: (pytest.approx(0.8), pytest.approx(0.8))}
+    text = ba.format_table(rows, copy_gbps=3000.0)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("case "))
+    for col in ("impl", "design", "TFLOP/s", "GB/s", "%copy", "vs best", "vs cp.async"):
+        assert col in header
+    row0 = lines[lines.index(header) + 1]
+    assert "1.250" in row0 and "0.800" in row0 and "500.0" in row0
+    assert "96.7" in text  # 2900 GB/s of a 3000 GB/s copy
+    assert "TMA+wgmma" in text and "reference" in text
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_table", Path(__file__).resolve().parents[1] / "benchmarks" / "table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    md = table.attention_tables(rows)
+    assert "| prefill A causal=False | 500.0 |" in md
+    assert "0.800 (torch sdpa flash)" in md and "1.250 (flashinfer fa3)" in md
+    assert "torch sdpa (contiguous) (ref)" in md and "CHECK FAILED" in md
+
+
+@host_only
+def test_cli_attention_quick_host(tmp_path, capsys):
+    from xkernels import bench_attention as ba
+
+    assert bench.main(["--quick", "--family", "attention", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("xkernels bench: no GPU") and "HOST path" in out
+    assert "vs cp.async" in out and out.rstrip().splitlines()[-1].startswith("decode b=4")
+    path = tmp_path / "attention-cpu.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert recs[0]["op"] == "copy"
+    cases = {c.label: c for c in ba.select_cases(quick=True, gpu=False)}
+    impls = {(r["case"], r["impl"]) for r in recs[1:]}
+    (pre, dec) = cases
+    assert impls == {(pre, "xkernels"), (pre, "torch sdpa flash"), (dec, "xkernels"),
+                     (dec, "torch sdpa (contiguous)")}
+    for r in recs[1:]:
+        assert ATTN_KEYS <= r.keys(), r.keys()
+        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == "cpu", r
+        c = cases[r["case"]]
+        assert r["shape"] == list(c.q_shape) and r["op"] == c.op
+        if c.kind == "prefill":
+            assert r["tflops"] == pytest.approx(ba.flops(c) / r["ms"] / 1e9) and r["gbps"] is None
+        else:
+            assert r["gbps"] == pytest.approx(ba.bytes_moved(c, 2) / r["ms"] / 1e6)
+
+
+@host_only
+def test_cli_attention_xkernels_wrong_is_an_error(monkeypatch, capsys):
+    import xkernels.torch as xt
+
+    def wrong(q, k, v, causal=False, *, out=None, **kw):
+        return out.zero_()
+
+    monkeypatch.setattr(xt, "attention", wrong)
+    assert bench.main(["--quick", "--family", "attention", "--impls", "xkernels"]) == 1
+    out = capsys.readouterr().out
+    assert "xkernels FAILED" in out and "CHECK FAILED" in out

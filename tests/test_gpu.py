@@ -12,7 +12,7 @@ import torch
 import xkernels.torch as xt
 from cases import DTYPES, check
 from conftest import gpu
-from xkernels.ops import OPS
+from xkernels.ops import ROW_OPS
 
 pytestmark = gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape,layout", SHAPES, ids=[f"{s}-{l}" for s, l in SHAPES])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
 def test_cuda_matches_reference(op, dtype, shape, layout):
     check(op, shape, dtype, "cuda", layout)
 
@@ -93,7 +93,8 @@ def test_norm_many_rows_float32_weights(op):
     check(op, (24577, 7000), torch.bfloat16, "cuda", weight_dtype=torch.float32)
 
 
-@pytest.mark.parametrize("op", [n for n, o in OPS.items() if any(x.role == "column" for x in o.inputs)])
+@pytest.mark.parametrize("op", [n for n, o in ROW_OPS.items()
+                                if any(x.role == "column" for x in o.inputs)])
 @pytest.mark.parametrize("shape", [(3, 40), (5, 4096), (2, 50000)])
 def test_cuda_float32_weights_with_bf16_input(op, shape):
     check(op, shape, torch.bfloat16, "cuda", weight_dtype=torch.float32)
@@ -268,7 +269,7 @@ def test_torch_compile_fullgraph_inductor():
         assert torch.allclose(e.float(), c.float(), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
 def test_opcheck_cuda(op):
     from test_torch_adapter import _op_args
 

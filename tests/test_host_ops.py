@@ -3,7 +3,7 @@
 import pytest
 import torch
 from cases import DTYPES, check
-from xkernels.ops import OPS
+from xkernels.ops import ROW_OPS
 
 SHAPES = [
     ((1, 1), "contiguous"),
@@ -19,12 +19,13 @@ SHAPES = [
 
 @pytest.mark.parametrize("shape,layout", SHAPES, ids=[f"{s}-{l}" for s, l in SHAPES])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
 def test_host_matches_reference(op, dtype, shape, layout):
     check(op, shape, dtype, "cpu", layout)
 
 
-@pytest.mark.parametrize("op", [n for n, o in OPS.items() if any(x.role == "column" for x in o.inputs)])
+@pytest.mark.parametrize("op", [n for n, o in ROW_OPS.items()
+                                if any(x.role == "column" for x in o.inputs)])
 def test_host_float32_weights_with_16bit_input(op):
     check(op, (3, 40), torch.bfloat16, "cpu", weight_dtype=torch.float32)
 

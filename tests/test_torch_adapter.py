@@ -4,7 +4,7 @@ import pytest
 import torch
 import xkernels.torch as xt
 from cases import make_inputs
-from xkernels.ops import OPS
+from xkernels.ops import OPS, ROW_OPS
 
 
 def _op_args(name, device="cpu", dtype=torch.float32):
@@ -22,7 +22,7 @@ def _op_args(name, device="cpu", dtype=torch.float32):
     return [out, *args, *attrs]
 
 
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
 def test_opcheck(op):
     torch.library.opcheck(getattr(torch.ops.xkernels, op).default, _op_args(op))
     if OPS[op].in_place:  # and its destination-passing form
@@ -40,10 +40,13 @@ def test_every_op_is_exported_and_adapted():
         assert callable(getattr(xt, name)), name
         assert hasattr(torch.ops.xkernels, name), name
         assert jit.load(op.module)[name] is not None
+        if op.workspace:  # and its planner, in the same module
+            assert jit.load(op.module)[op.plan_name] is not None
+            assert callable(jit.FUNCTIONS[op.plan_name])
 
 
 def test_dispatcher_path_matches_fast_path():
-    for name, op in OPS.items():
+    for name, op in ROW_OPS.items():
         if op.in_place:
             continue
         args = _op_args(name)

@@ -4,7 +4,7 @@ import pytest
 import torch
 import xkernels.torch as xt
 from xkernels import jit
-from xkernels.ops import OPS
+from xkernels.ops import ROW_OPS
 
 
 def raises(exc, *words):
@@ -30,11 +30,12 @@ x = torch.randn(4, 8)
 w = torch.randn(8)
 
 
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
 def test_integer_input_is_a_type_error(op):
     fn = getattr(xt, op)
-    args = [torch.ones(4, 8, dtype=torch.int32) if i.role == "data" else w for i in OPS[op].inputs]
-    first = OPS[op].inputs[0].name
+    args = [torch.ones(4, 8, dtype=torch.int32) if i.role == "data" else w
+            for i in ROW_OPS[op].inputs]
+    first = ROW_OPS[op].inputs[0].name
     with raises(TypeError, op, first, "float16, bfloat16 or float32", "int32"):
         fn(*args)
 
@@ -93,9 +94,9 @@ def test_scalars():
         xt.softmax(x, scale=float("inf"))
 
 
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
 def test_empty_tensors_are_a_no_op(op):
-    o = OPS[op]
+    o = ROW_OPS[op]
     width = 0 if o.name.endswith("_and_mul") else 8
     args = [torch.empty(0, width if width else 0) if i.role == "data" else torch.randn(width)
             for i in o.inputs]

@@ -81,3 +81,175 @@ def softmax(x, scale=1.0):
     e = np.exp(v - np.where(dead, 0.0, m))
     s = e.sum(axis=-1, keepdims=True)
     return np.where(dead, 0.0, e / np.where(dead, 1.0, s))
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention (params.h's semantics), written independently of the C++: for each request and kv
+# head, scores = q @ k.T * sm_scale, then cap * tanh(s / cap), the causal (bottom-right) and
+# window masks, a stable softmax. A query that sees no key gives out 0 and lse -inf. Every
+# reference returns (out, lse), lse the natural-log sum-exp, whatever return_lse says.
+#
+# The arithmetic goes through an `xp` object (ArrayOps: NumPy here) so that the tests can run the
+# same code in torch float64 on the GPU (tests/attention_cases.py's TorchOps) for large cases;
+# index inputs are only read through .tolist() and slicing, which both have.
+
+
+class ArrayOps:
+    """The array operations the attention references use, NumPy's (float64 arrays)."""
+
+    @staticmethod
+    def zeros(shape, like):
+        return np.zeros(shape, np.float64)
+
+    @staticmethod
+    def full(shape, value, like):
+        return np.full(shape, value, np.float64)
+
+    @staticmethod
+    def arange(n, like):
+        return np.arange(n)
+
+    einsum = staticmethod(np.einsum)
+    where = staticmethod(np.where)
+    exp = staticmethod(np.exp)
+    log = staticmethod(np.log)
+    tanh = staticmethod(np.tanh)
+    isneginf = staticmethod(np.isneginf)
+
+    @staticmethod
+    def amax(x, axis):
+        return np.max(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def sum(x, axis):
+        return np.sum(x, axis=axis, keepdims=True)
+
+    @staticmethod
+    def stack(xs, axis):
+        return np.stack(xs, axis=axis)
+
+
+NUMPY_OPS = ArrayOps()
+
+
+def _attend(xp, q, k, v, causal, window_left, cap, scale):
+    """One request: q [n, Hq, D], k and v [L, Hkv, D] -> out [n, Hq, D], lse [n, Hq]."""
+    n, hq, d = q.shape
+    kv_len, hkv = k.shape[0], k.shape[1]
+    if n == 0 or kv_len == 0:  # nothing to see: out 0, lse -inf
+        return xp.zeros((n, hq, d), q), xp.full((n, hq), -math.inf, q)
+    g = hq // hkv  # query head h reads kv head h // g
+    qg = q.reshape(n, hkv, g, d)
+    s = xp.einsum("nhgd,lhd->hgnl", qg, k) * scale  # [Hkv, g, n, L]
+    if cap > 0:
+        s = cap * xp.tanh(s / cap)
+    t = xp.arange(n, q)[:, None]
+    p = xp.arange(kv_len, q)[None, :]
+    diag = t + (kv_len - n)  # query t's own position among the keys (bottom-right aligned)
+    visible = p >= 0
+    if causal:
+        visible = visible & (p <= diag)
+    if window_left >= 0:
+        visible = visible & (p >= diag - window_left)
+    s = xp.where(visible, s, -math.inf)
+    m = xp.amax(s, -1)  # [Hkv, g, n, 1]
+    dead = xp.isneginf(m)
+    e = xp.exp(s - xp.where(dead, 0.0, m))  # masked keys: exp(-inf) = 0
+    denom = xp.sum(e, -1)
+    w = e / xp.where(dead, 1.0, denom)
+    out = xp.einsum("hgnl,lhd->nhgd", w, v).reshape(n, hq, d)  # dead rows: all-zero weights
+    lse = xp.where(dead, -math.inf, m + xp.log(xp.where(dead, 1.0, denom)))  # [Hkv, g, n, 1]
+    lse = xp.einsum("hgn->nhg", lse[..., 0]).reshape(n, hq)
+    return out, lse
+
+
+def _scale(sm_scale, head_dim):
+    return 1.0 / math.sqrt(head_dim) if sm_scale is None or sm_scale != sm_scale else sm_scale
+
+
+def _run(xp, q, requests, q_shape, causal, window_left, logits_soft_cap, sm_scale):
+    """Runs _attend over `requests`, (out index, q_b [n, Hq, D], k_b, v_b) each, into out (q's
+    shape) and lse (q's shape without head_dim)."""
+    out = xp.zeros(q_shape, q)
+    lse = xp.full(q_shape[:-1], -math.inf, q)
+    scale = _scale(sm_scale, q_shape[-1])
+    for idx, qb, kb, vb in requests:
+        o, s = _attend(xp, qb, kb, vb, causal, window_left, logits_soft_cap, scale)
+        out[idx] = o
+        lse[idx] = s
+    return out, lse
+
+
+def _paged_kv(cache, kv_indptr, kv_indices, kv_last_page_len, b, kv_layout):
+    """Request b's keys (or values) from a paged cache: [kv_len, Hkv, D]."""
+    lo, hi = kv_indptr[b], kv_indptr[b + 1]
+    pages = kv_indices[lo:hi]
+    if kv_layout == "HND":  # [pages, Hkv, page_size, D] -> [pages, page_size, Hkv, D]
+        cache = cache.swapaxes(1, 2)
+    page_size, hkv, d = cache.shape[1:]
+    if not pages:
+        return cache[:0, 0]  # [0, Hkv, D]
+    kv_len = (len(pages) - 1) * page_size + kv_last_page_len[b]
+    return cache[pages].reshape(len(pages) * page_size, hkv, d)[:kv_len]
+
+
+def attention(q, k, v, causal=False, window_left=-1, logits_soft_cap=0.0, sm_scale=None,
+              return_lse=False, num_splits=0, *, xp=NUMPY_OPS):
+    """q [B, n, Hq, D], k and v [B, L, Hkv, D] -> (out [B, n, Hq, D], lse [B, n, Hq])."""
+    reqs = ((b, q[b], k[b], v[b]) for b in range(q.shape[0]))
+    return _run(xp, q, reqs, tuple(q.shape), causal, window_left, logits_soft_cap, sm_scale)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window_left=-1,
+                     logits_soft_cap=0.0, sm_scale=None, return_lse=False, num_splits=0, *,
+                     xp=NUMPY_OPS):
+    """q [total_q, Hq, D], k and v [total_k, Hkv, D], request b rows cu_seqlens[b]:[b+1]."""
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    reqs = ((slice(cq[b], cq[b + 1]), q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]],
+             v[ck[b]:ck[b + 1]]) for b in range(len(cq) - 1))
+    return _run(xp, q, reqs, tuple(q.shape), causal, window_left, logits_soft_cap, sm_scale)
+
+
+def attention_paged(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                    kv_layout="NHD", causal=False, window_left=-1, logits_soft_cap=0.0,
+                    sm_scale=None, return_lse=False, num_splits=0, *, xp=NUMPY_OPS):
+    """q [total_q, Hq, D] (request b rows qo_indptr[b]:[b+1]) over paged caches."""
+    qo = qo_indptr.tolist()
+    table = (kv_indptr.tolist(), kv_indices.tolist(), kv_last_page_len.tolist())
+    reqs = ((slice(qo[b], qo[b + 1]), q[qo[b]:qo[b + 1]],
+             _paged_kv(k_cache, *table, b, kv_layout), _paged_kv(v_cache, *table, b, kv_layout))
+            for b in range(len(qo) - 1))
+    return _run(xp, q, reqs, tuple(q.shape), causal, window_left, logits_soft_cap, sm_scale)
+
+
+def decode_paged(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, kv_layout="NHD",
+                 causal=True, window_left=-1, logits_soft_cap=0.0, sm_scale=None,
+                 return_lse=False, num_splits=0, *, xp=NUMPY_OPS):
+    """q [B, Hq, D] (one token) or [B, n, Hq, D] (the last n positions of each request)."""
+    table = (kv_indptr.tolist(), kv_indices.tolist(), kv_last_page_len.tolist())
+    q4 = q[:, None] if q.ndim == 3 else q  # one token: [B, 1, Hq, D]
+    reqs = ((b, q4[b], _paged_kv(k_cache, *table, b, kv_layout),
+             _paged_kv(v_cache, *table, b, kv_layout)) for b in range(q4.shape[0]))
+    out, lse = _run(xp, q4, reqs, tuple(q4.shape), causal, window_left, logits_soft_cap,
+                    sm_scale)
+    return (out[:, 0], lse[:, 0]) if q.ndim == 3 else (out, lse)
+
+
+def merge_states(v, s, *, xp=NUMPY_OPS):
+    """v [..., k, H, D], s [..., k, H] (natural-log LSEs) -> (out [..., H, D], lse [..., H]):
+    out = sum_i w_i v_i / sum_i w_i, lse = m + log(sum_i w_i), w_i = exp(s_i - m), m = max_i s_i;
+    (0, -inf) where every s_i is -inf. A state of weight 0 (s_i = -inf) contributes nothing: its
+    v_i is not used (it may be anything, NaN included)."""
+    m = xp.amax(s, -2)  # [..., 1, H]
+    dead = xp.isneginf(m)
+    w = xp.exp(s - xp.where(dead, 0.0, m))  # [..., k, H]
+    denom = xp.sum(w, -2)  # [..., 1, H]
+    wv = xp.where(w[..., None] > 0, w[..., None] * v, 0.0)
+    out = xp.sum(wv, -3)[..., 0, :, :] / xp.where(dead, 1.0, denom)[..., 0, :, None]
+    lse = xp.where(dead, -math.inf, m + xp.log(xp.where(dead, 1.0, denom)))[..., 0, :]
+    return out, lse
+
+
+def merge_state(v_a, s_a, v_b, s_b, *, xp=NUMPY_OPS):
+    """Two states (v [..., H, D], s [..., H]) of disjoint key sets -> (out, lse) of the union."""
+    return merge_states(xp.stack([v_a, v_b], -3), xp.stack([s_a, s_b], -2), xp=xp)
