@@ -35,9 +35,13 @@ from typing import Any
 from . import __version__
 from .ops import OPS
 
-FAMILIES = ("norm", "activation", "softmax", "overhead")
-IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger")
-PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"), "liger": ("liger_kernel", "liger-kernel")}
+FAMILIES = ("norm", "activation", "softmax", "overhead", "attention")
+IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger", "flash_attn")
+PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"),
+         "liger": ("liger_kernel", "liger-kernel"), "flash_attn": ("flash_attn", "flash-attn")}
+# The families each peer has impls in (loaded only when one of them runs). All CUDA only.
+PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention"},
+                 "liger": {"norm", "activation", "softmax"}, "flash_attn": {"attention"}}
 DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float32", 4)}
 # |out - ref| <= atol + rtol * |ref| (as tests/cases.py): (rtol, atol) per dtype.
 TOL = {"bf16": (2e-2, 2e-2), "fp16": (4e-3, 4e-3), "fp32": (2e-5, 2e-5)}
@@ -339,7 +343,8 @@ def versions() -> dict[str, str]:
         pass
     for key, dists in (("triton", ("triton", "pytorch-triton")), ("tvm_ffi", ("apache-tvm-ffi",)),
                        ("flashinfer", ("flashinfer-python", "flashinfer")),
-                       ("liger", ("liger-kernel", "liger_kernel"))):
+                       ("liger", ("liger-kernel", "liger_kernel")),
+                       ("flash_attn", ("flash-attn", "flash_attn"))):
         v = _dist_version(*dists)
         if v is not None:
             out[key] = v
@@ -853,8 +858,8 @@ def load_peer(name: str) -> Any:
     if importlib.util.find_spec(top) is None:
         return None
     try:
-        if name == "flashinfer":
-            return importlib.import_module("flashinfer")
+        if name in ("flashinfer", "flash_attn"):
+            return importlib.import_module(top)
         return importlib.import_module("liger_kernel.ops")
     except Exception as e:  # noqa: BLE001 (a broken peer is reported, the run goes on)
         return e
@@ -1028,6 +1033,20 @@ def _timed_row(t: _Timed, op: str, shape, ctx: Context, family: str, nbytes: int
                 check=t.check, calls=t.calls, first_call_s=round(t.first_s, 3))
 
 
+def sample_rounds(results: list, ctx: Context) -> None:
+    """The samples of a case's impls (the _Timed of `results` with a timer), each min_ms in all,
+    in the interleaved rounds of balanced_orders; an impl that fails gets its error."""
+    timed = [t for t in results if isinstance(t, _Timed) and t.timer is not None]
+    orders = balanced_orders(len(timed)) if timed else []
+    for order in orders:
+        for t in (timed[i] for i in order):
+            if t.error is None:
+                try:
+                    t.timer.sample(ctx.min_ms / len(orders), min_samples=2)
+                except Exception as e:  # noqa: BLE001
+                    t.error = _error(e)
+
+
 def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], None]) -> None:
     """Every impl of one case: first calls and checks, graphs captured, then (GPU) the samples of
     all the impls in the interleaved rounds of balanced_orders; rows emitted in impl order."""
@@ -1056,21 +1075,13 @@ def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], N
         if ctx.gpu:
             with contextlib.suppress(Exception):  # a sticky CUDA error shows in the next rows
                 torch.cuda.synchronize()
-    timed = [t for t in results if isinstance(t, _Timed) and t.timer is not None]
-    orders = balanced_orders(len(timed)) if timed else []
-    for order in orders:
-        for t in (timed[i] for i in order):
-            if t.error is None:
-                try:
-                    t.timer.sample(ctx.min_ms / len(orders), min_samples=2)
-                except Exception as e:  # noqa: BLE001
-                    t.error = _error(e)
+    sample_rounds(results, ctx)
     for r in results:
         row = _timed_row(r, op, shape, ctx, family, nbytes) if isinstance(r, _Timed) else r
         if impl_group(row["impl"]) == "xkernels" and (row["ms"] is None or row.get("check") != "ok"):
             ctx.xkernels_failed.append(f"{op} {fmt_shape(shape)}: {row['note']}")
         emit(row)
-    del results, timed, sets, pristine
+    del results, sets, pristine
     if ctx.gpu:
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
@@ -1164,8 +1175,8 @@ def run_overhead(ctx: Context, emit: Callable[[dict], None]) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xkernels bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--family", choices=[*FAMILIES, "adapters", "all"], default="all",
-                   help="all: the four torch families; adapters: one kernel through every "
-                        "framework (kernel time and host cost per call)")
+                   help="all: every family but adapters (the torch families); adapters: one "
+                        "kernel through every framework (kernel time and host cost per call)")
     p.add_argument("--quick", action="store_true",
                    help="each op's two smallest shapes and its largest; shorter timing")
     p.add_argument("--out", metavar="DIR",
@@ -1189,11 +1200,13 @@ def _record(row: dict) -> dict:
 def _progress(row: dict) -> None:
     ms = "-" if row["ms"] is None else f"{row['ms']:.4f} ms"
     g = "" if row.get("gbps") is None else f" {row['gbps']:.1f} GB/s"
+    if row.get("tflops") is not None:
+        g += f" {row['tflops']:.1f} TFLOP/s"
     note = f"  {row['note']}" if row.get("note") else ""
     if (row.get("first_call_s") or 0) > 2:
         note += f"  (first call {row['first_call_s']:.1f} s)"
-    print(f"  {row['op']} {fmt_shape(row['shape'])} {row['impl']}: {ms}{g}{note}",
-          file=sys.stderr, flush=True)
+    what = row.get("case") or f"{row['op']} {fmt_shape(row['shape'])}"
+    print(f"  {what} {row['impl']}: {ms}{g}{note}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1238,24 +1251,23 @@ def main(argv: list[str] | None = None) -> int:
         ctx.device, short = "cpu", "cpu"
         if not explicit:
             ctx.groups = {"xkernels", "torch"}
-        dropped = sorted(ctx.groups & {"flashinfer", "liger"})
-        ctx.groups -= {"flashinfer", "liger"}
+        dropped = sorted(ctx.groups & set(PEERS))
+        ctx.groups -= set(PEERS)
         print("xkernels bench: no GPU (torch.cuda.is_available() is False): running the HOST path "
               "on CPU tensors at small shapes, timed with time.perf_counter medians; "
               "these are not GPU numbers"
               + (f" (skipped, CUDA only: {', '.join(dropped)})" if dropped else ""), flush=True)
 
     torch.manual_seed(0)
+    peers = [name for name in PEERS
+             if name in ctx.groups and PEER_FAMILIES[name] & set(families)]
     if gpu:
-        for name in ("flashinfer", "liger"):
-            if name in ctx.groups:
-                ctx.peers[name] = load_peer(name)
+        for name in peers:
+            ctx.peers[name] = load_peer(name)
     if "torch.compile" in ctx.groups:
         _setup_dynamo()
     peer_text = []
-    for name in ("flashinfer", "liger"):
-        if name not in ctx.groups:
-            continue
+    for name in peers:
         p = ctx.peers.get(name)
         peer_text.append(f"{name} " + ("not installed" if p is None else
                                        f"IMPORT FAILED ({_error(p)})" if isinstance(p, BaseException)
@@ -1289,7 +1301,9 @@ def main(argv: list[str] | None = None) -> int:
         from . import jit
 
         needed = sorted({OPS[op].module for fam in families if fam in CASES
-                         for op, _ in CASES[fam]} | ({"norm"} if "overhead" in families else set()))
+                         for op, _ in CASES[fam]} | ({"norm"} if "overhead" in families else set())
+                        | ({OPS["attention"].module, OPS["decode_paged"].module}
+                           if "attention" in families else set()))
         t0 = time.perf_counter()
         print(f"building/loading xkernels modules {', '.join(needed)} ...", file=sys.stderr,
               flush=True)
@@ -1320,8 +1334,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nxkernels FAILED {len(ctx.xkernels_failed)} case(s):", flush=True)
         for f in ctx.xkernels_failed:
             print(f"  {f}", flush=True)
-    print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n")
-          + format_table(rows, ctx.copy_gbps), flush=True)
+    table = format_table([r for r in rows if r.get("family") != "attention"], ctx.copy_gbps)
+    if any(r.get("family") == "attention" for r in rows):
+        from . import bench_attention
+
+        table += "\n\n" + bench_attention.format_table(rows, ctx.copy_gbps)
+    print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n") + table, flush=True)
     return 130 if interrupted else 1 if ctx.xkernels_failed else 0
 
 
@@ -1349,6 +1367,11 @@ def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
         print(f"[{fam}]", file=sys.stderr, flush=True)
         if fam == "overhead":
             run_overhead(ctx, emit)
+            continue
+        if fam == "attention":
+            from . import bench_attention
+
+            bench_attention.run_family(ctx, quick, emit)
             continue
         for op, shape in select_cases(fam, quick, host_cap):
             try:
