@@ -733,12 +733,15 @@ B33_KV = [0, 1, 3000] + [(i * 389) % 3001 for i in range(3, 33)]
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (32, 8)], ids=["gqa4-66blocks", "gqa4-264blocks"])
 @pytest.mark.parametrize("page_size,layout", [(16, "NHD"), (1, "HND"), (5, "NHD")],
                          ids=["page16-NHD", "page1-HND", "page5-NHD"])
 @pytest.mark.parametrize("q_len", [None, 4], ids=["q1", "q4"])
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
-def test_gpu_decode_batch33(dtype, q_len, page_size, layout):
-    check(decode(B33_KV, q_len, page_size, layout, 8, 2, 128, dtype, "cuda", 16,
+def test_gpu_decode_batch33(dtype, q_len, page_size, layout, hq, hkv):
+    """33 requests x hkv blocks: 66 fit one wave of an H100's 132 SMs (the wide decode tile, 8
+    warps), 264 do not (the 4-warp decode tile, several blocks per SM)."""
+    check(decode(B33_KV, q_len, page_size, layout, hq, hkv, 128, dtype, "cuda", 16,
                  {**CAUSAL, **LSE}), backend="torch")
 
 

@@ -86,7 +86,18 @@ cudaError_t Attention(const Params& p, cudaStream_t stream) {
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  const TileShape shape = ChooseShape(p.head_dim, RowsPerRequest(p.total_q, p.batch, group));
+  TileShape shape = ChooseShape(p.head_dim, RowsPerRequest(p.total_q, p.batch, group));
+  if (shape == TileShape::kDecode && p.head_dim == 128) {
+    // blocks of the launch (an upper bound for ragged queries): one wave takes the wide tile
+    const int64_t rows = DecodeTile<128>::kRows;
+    const int64_t tiles = p.qo_indptr == nullptr
+                              ? (p.q_len * group + rows - 1) / rows * p.batch
+                              : (p.total_q * group + rows - 1) / rows + p.batch;
+    if (tiles * p.num_kv_heads * p.num_splits <= props.sm_count &&
+        DecodeWideTile<128>::kSmemBytes <= props.smem_optin) {
+      shape = TileShape::kDecodeWide;
+    }
+  }
   XK_CUDA_TRY(DispatchTile(p.head_dim, shape, [&](auto tile) {
     return LaunchTile<decltype(tile), T>(p, stream, props);
   }));

@@ -47,8 +47,8 @@ XK_DEVICE float load1(const TV* p) {
 // kVec4: every v, out row is 4-element aligned and head_dim % 4 == 0 (the launcher checks).
 // One warp per (row, head). The lanes read the states' log-sum-exps in parallel (state i on lane
 // i % 32) and reduce max and sum with shuffles; then every lane walks the states for its columns,
-// each state's weight broadcast from the lane that holds it, the loads of successive states
-// independent of each other (split-KV merges 16-64 states per row).
+// each state's weight broadcast from the lane that holds it, the loads of 8 successive states
+// issued together (split-KV merges 16-64 states per row).
 template <typename TV, typename TO, bool kVec4>
 __global__ void MergeStatesKernel(const __grid_constant__ MergeParams p) {
   constexpr int kWarps = 4;
@@ -93,17 +93,30 @@ __global__ void MergeStatesKernel(const __grid_constant__ MergeParams p) {
       const int mine = base + lane;
       const float w_mine = mine < p.num_states ? math::ex2_approx(lse2(mine) - m_use) * inv : 0.f;
       const int n = min(32, p.num_states - base);
-#pragma unroll 4
-      for (int k = 0; k < n; ++k) {
-        const float w = __shfl_sync(0xffffffffu, w_mine, k);
-        const int i = base + k;
-        if (w == 0.f || d >= p.head_dim) continue;  // an empty state's v may be anything
-        const TV* src = i < n_main ? v + i * p.v_stride_k + d : v1 + d;
-        if constexpr (kVec4) {
-          const float4 x = detail::load4(src);
-          acc[0] += w * x.x, acc[1] += w * x.y, acc[2] += w * x.z, acc[3] += w * x.w;
-        } else {
-          acc[0] += w * detail::load1(src);
+      // kBatch states' loads in flight at once (a merge of 16 split-KV states: two rounds of
+      // memory latency, not sixteen), then their weighted sum
+      constexpr int kBatch = 8;
+      for (int k0 = 0; k0 < n; k0 += kBatch) {
+        float x[kBatch][kPer];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = base + k0 + u;
+          const bool live = k0 + u < n && d < p.head_dim;
+          const TV* src = i < n_main ? v + i * p.v_stride_k + d : v1 + d;
+          if constexpr (kVec4) {
+            const float4 t = live ? detail::load4(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+            x[u][0] = t.x, x[u][1] = t.y, x[u][2] = t.z, x[u][3] = t.w;
+          } else {
+            x[u][0] = live ? detail::load1(src) : 0.f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const float w = __shfl_sync(0xffffffffu, w_mine, (k0 + u) % 32);
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) {  // an empty state (w = 0) may hold anything, NaN too
+            acc[e] += w != 0.f ? w * x[u][e] : 0.f;
+          }
         }
       }
     }
