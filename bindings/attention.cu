@@ -250,7 +250,11 @@ struct Geometry {
   bool valid = false;  // false: shapes the op will refuse; the planner answers (1, 0)
 };
 
-Array<int64_t> PlanOf(const Geometry& g, int64_t device_id, int64_t num_splits) {
+Array<int64_t> PlanOf(const char* op, const Geometry& g, int64_t device_id, int64_t num_splits) {
+  if (num_splits < 0 || num_splits > 65535) {  // as the op itself would say
+    TVM_FFI_THROW(ValueError) << op << ": num_splits must be in [0, 65535] (0: chosen), got "
+                              << num_splits;
+  }
   if (device_id < 0 || !g.valid || g.batch * g.total_q == 0) return Array<int64_t>({1, 0});
 #ifdef XKERNELS_HOST_ONLY
   (void)num_splits;
@@ -290,7 +294,7 @@ Array<int64_t> AttentionPlan(int64_t device_id, Array<int64_t> q, Array<int64_t>
     g = {Dim(q, 0), Dim(q, 0) * Dim(q, 1), Dim(q, 2), Dim(k, 2), Dim(q, 3), Dim(k, 1), false};
     g.valid = HeadsOk(g.num_qo_heads, g.num_kv_heads, g.head_dim);
   }
-  return PlanOf(g, device_id, num_splits);
+  return PlanOf("attention", g, device_id, num_splits);
 }
 
 Array<int64_t> VarlenPlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k, Array<int64_t>,
@@ -302,7 +306,7 @@ Array<int64_t> VarlenPlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k,
     g = {batch, Dim(q, 0), Dim(q, 1), Dim(k, 1), Dim(q, 2), Dim(k, 0) / batch, false};
     g.valid = HeadsOk(g.num_qo_heads, g.num_kv_heads, g.head_dim);
   }
-  return PlanOf(g, device_id, num_splits);
+  return PlanOf("attention_varlen", g, device_id, num_splits);
 }
 
 // A paged cache's (page_size, num_kv_heads) from its shape and layout (0: NHD, 1: HND).
@@ -324,7 +328,7 @@ Array<int64_t> PagedPlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k_c
          false};
     g.valid = HeadsOk(g.num_qo_heads, g.num_kv_heads, g.head_dim);
   }
-  return PlanOf(g, device_id, num_splits);
+  return PlanOf("attention_paged", g, device_id, num_splits);
 }
 
 Array<int64_t> DecodePlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k_cache,
@@ -340,7 +344,7 @@ Array<int64_t> DecodePlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k_
          false};
     g.valid = HeadsOk(g.num_qo_heads, g.num_kv_heads, g.head_dim);
   }
-  return PlanOf(g, device_id, num_splits);
+  return PlanOf("decode_paged", g, device_id, num_splits);
 }
 
 // ------------------------------------------------------------------------------------- running

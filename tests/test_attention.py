@@ -525,6 +525,8 @@ def _bad_cases():
          r"decode_paged: q must be 3-D \[batch, num_qo_heads, head_dim\] or 4-D"),
         ("kv_layout", "decode_paged", dec, {"kv_layout": "NDH"}, ValueError,
          r"kv_layout must be one of \('NHD', 'HND'\), got 'NDH'"),
+        ("num_splits-negative", "decode_paged", dec, {"num_splits": -1}, ValueError,
+         r"decode_paged: num_splits must be in \[0, 65535\] \(0: chosen\), got -1"),
         ("s_a-float16", "merge_state",
          lambda: _with(_small("merge_state"), s_a=_small("merge_state").inputs["s_a"].half()),
          {}, TypeError, r"merge_state: s_a must be float32, got float16"),
