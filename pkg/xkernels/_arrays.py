@@ -35,13 +35,19 @@ class Backend:
     device_id: Callable[[Any], int] | None = None
 
 
-def _source(op: Op, b: Backend) -> str:
+def _head(op: Op) -> tuple[list[str], list[str], list[str]]:
+    """(input names, output names, the function's first lines: its signature, inputs type-checked)."""
     ins = [x.name for x in op.inputs]
     outs = [o.name for o in op.outputs]
     params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
                        + [f"{o}=None" for o in outs])
     lines = [f"def {op.name}({params}):"]
     lines += [f"    if type({x}) is not _A: _check({op.name!r}, {x!r}, {x})" for x in ins]
+    return ins, outs, lines
+
+
+def _source(op: Op, b: Backend) -> str:
+    ins, outs, lines = _head(op)
     written = list(dict.fromkeys(op.aliases.values())) if op.in_place else ["out"]
     if op.in_place:  # all its outputs given by keyword: written there instead of in place
         given = ", ".join(f"{o!r}: {o}" for o in outs)
@@ -71,12 +77,7 @@ def _source(op: Op, b: Backend) -> str:
 
 
 def _attention_source(op: Op, b: Backend) -> str:
-    ins = [x.name for x in op.inputs]
-    outs = [o.name for o in op.outputs]
-    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
-                       + [f"{o}=None" for o in outs])
-    lines = [f"def {op.name}({params}):"]
-    lines += [f"    if type({x}) is not _A: _check({op.name!r}, {x!r}, {x})" for x in ins]
+    ins, outs, lines = _head(op)
     lines += ac.encode(op)
     for o in op.outputs:
         lines += [f"    if {o.name} is None:",

@@ -19,16 +19,20 @@
 
 namespace xkernels::attention {
 
+// The query tiles of `rows` packed rows in a call: the launch's grid x. Dense queries: every
+// request has the same tiles. Ragged: an upper bound on the tiles of the whole batch (sum of
+// ceil(q_len(b) * group / rows) <= total_q * group / rows + batch); the blocks find their request
+// on the GPU and the ones past the last tile return.
+inline int64_t QueryTiles(const Params& p, int64_t rows) {
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  return p.qo_indptr == nullptr ? (p.q_len * group + rows - 1) / rows * p.batch
+                                : (p.total_q * group + rows - 1) / rows + p.batch;
+}
+
 template <class Tl, typename T>
 cudaError_t LaunchTile(const Params& p, cudaStream_t stream, const DeviceProps& props) {
   if (Tl::kSmemBytes > props.smem_optin) return cudaErrorInvalidConfiguration;
-  const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  // Dense queries: every request has the same tiles. Ragged: an upper bound on the tiles of the
-  // whole batch (sum of ceil(q_len(b) * group / rows) <= total_q * group / rows + batch); the
-  // blocks find their request on the GPU and the ones past the last tile return.
-  const int64_t blocks = p.qo_indptr == nullptr
-                             ? (p.q_len * group + Tl::kRows - 1) / Tl::kRows * p.batch
-                             : (p.total_q * group + Tl::kRows - 1) / Tl::kRows + p.batch;
+  const int64_t blocks = QueryTiles(p, Tl::kRows);
   if (blocks == 0) return cudaSuccess;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   void (*kernel)(Params) = nullptr;
@@ -87,12 +91,8 @@ cudaError_t Attention(const Params& p, cudaStream_t stream) {
   XK_CUDA_TRY(GetDeviceProps(&props));
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   TileShape shape = ChooseShape(p.head_dim, RowsPerRequest(p.total_q, p.batch, group));
-  if (shape == TileShape::kDecode && p.head_dim == 128) {
-    // blocks of the launch (an upper bound for ragged queries): one wave takes the wide tile
-    const int64_t rows = DecodeTile<128>::kRows;
-    const int64_t tiles = p.qo_indptr == nullptr
-                              ? (p.q_len * group + rows - 1) / rows * p.batch
-                              : (p.total_q * group + rows - 1) / rows + p.batch;
+  if (shape == TileShape::kDecode && p.head_dim == 128) {  // one wave of blocks: the wide tile
+    const int64_t tiles = QueryTiles(p, DecodeTile<128>::kRows);
     if (tiles * p.num_kv_heads * p.num_splits <= props.sm_count &&
         DecodeWideTile<128>::kSmemBytes <= props.smem_optin) {
       shape = TileShape::kDecodeWide;
