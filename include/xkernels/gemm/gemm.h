@@ -1,0 +1,160 @@
+// GEMM launchers over raw pointers (params.h says what they compute): the kernel version the
+// device and shapes call for (sm80.h: cp.async + mma.sync; sm90.h: TMA + wgmma), then, when k was
+// split, the sum of the partial tiles.
+//
+//   gemm::Params p;  ...pointers, pitches, sizes, types...
+//   if (const char* why = gemm::Unsupported(p, cc)) ...refuse, naming why...
+//   gemm::PlanSplits(p, &p.splits);          // from shapes and the device only (graph-safe)
+//   gemm::Gemm(p, stream);                   // p.splits > 1 needs p.workspace (WorkspaceElems)
+#ifndef XKERNELS_GEMM_GEMM_H_
+#define XKERNELS_GEMM_GEMM_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "xkernels/common.h"
+#include "xkernels/gemm/epilogue.h"
+#include "xkernels/gemm/params.h"
+#include "xkernels/gemm/sm80.h"
+#include "xkernels/gemm/sm90.h"
+
+namespace xkernels::gemm {
+
+// Why p cannot run on a device of compute capability cc (e.g. 90), or nullptr when it can. Shapes
+// and alignment are the caller's to check (bindings/gemm.cu); this covers types, layouts and
+// paths.
+inline const char* Unsupported(const Params& p, int cc) {
+  const bool fp8 = p.in_type == Elem::kE4M3;
+  if (fp8 && p.b_layout != BLayout::kNK) return "e4m3 GEMM needs b as [n, k]";
+  if (fp8 && cc != 90) return "e4m3 GEMM needs an sm_90 GPU (H100, H200)";
+  if (p.path == Path::kSm90 && cc != 90) return "the sm90 kernel needs an sm_90 GPU (H100, H200)";
+  if (p.path == Path::kSm90 && p.b_layout != BLayout::kNK) {
+    return "the sm90 kernel takes b as [n, k] only";
+  }
+  if (p.path == Path::kSm80 && fp8) return "the sm80 kernel takes 16-bit inputs only";
+  if (cc < 80) return "GEMM needs an sm_80 or newer GPU";
+  return nullptr;
+}
+
+// ---- the tiles
+
+//                       block m, n, warps m x n, stages
+using Sm80Large = Sm80Tile<128, 256, 2, 4, 4>;  // 8 warps of 64 x 64
+using Sm80Mid = Sm80Tile<64, 128, 2, 2, 4>;     // m <= 64
+using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
+
+//                                 consumers (64 rows each), n, stages, block scales
+template <typename T>
+using Sm90Large = Sm90Tile<T, 2, 256, 4, false>;
+// m <= 64 (decode): one consumer group, many k blocks in flight; e4m3 rows are half as long, so
+// its tiles are half as wide to give as many blocks
+template <typename T>
+using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, false>,
+                                     Sm90Tile<T, 1, 128, 8, false>>;
+using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true>;
+using Sm90BlockSmall = Sm90Tile<__nv_fp8_e4m3, 1, 128, 8, true>;
+
+enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Small };
+
+// The kernel version and tile for p on a device of compute capability major `cc_major`.
+inline Kernel Choose(const Params& p, int cc_major) {
+  const bool sm90 = p.path == Path::kSm90 ||
+                    (p.path == Path::kAuto && cc_major == 9 && p.b_layout == BLayout::kNK) ||
+                    p.in_type == Elem::kE4M3;
+  if (sm90) return p.m <= 64 ? Kernel::kSm90Small : Kernel::kSm90Large;
+  if (p.m <= 16) return Kernel::kSm80Small;
+  return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
+}
+
+// Output tiles (block m, block n) of a kernel choice.
+inline void TileDims(const Params& p, Kernel k, int* bm, int* bn) {
+  switch (k) {
+    case Kernel::kSm80Large:
+      *bm = Sm80Large::kBM, *bn = Sm80Large::kBN;
+      return;
+    case Kernel::kSm80Mid:
+      *bm = Sm80Mid::kBM, *bn = Sm80Mid::kBN;
+      return;
+    case Kernel::kSm80Small:
+      *bm = Sm80Small::kBM, *bn = Sm80Small::kBN;
+      return;
+    case Kernel::kSm90Large:
+      *bm = 128, *bn = p.a_scale_kind == Scale::kBlock ? 128 : 256;
+      return;
+    case Kernel::kSm90Small:
+      *bm = 64, *bn = p.in_type == Elem::kE4M3 && p.a_scale_kind != Scale::kBlock ? 64 : 128;
+      return;
+  }
+}
+
+// The split count for p on the current device (p.splits ignored): 1 when the output tiles give
+// every SM work; otherwise as many splits of k as keep the units in one wave, each split at least
+// 4 k blocks long. Shapes and device properties only, no device memory (graph-safe).
+inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
+  *splits = 1;
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
+  DeviceProps props;
+  XK_CUDA_TRY(GetDeviceProps(&props));
+  int bm = 0, bn = 0;
+  TileDims(p, Choose(p, props.cc_major), &bm, &bn);
+  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn);
+  const int64_t bk = p.in_type == Elem::kE4M3 ? 128 : 64;
+  const int64_t max_splits = std::max<int64_t>(1, ceil_div<int64_t>(p.k, bk) / 4);
+  if (2 * tiles > props.sm_count) return cudaSuccess;
+  const int64_t s = std::min<int64_t>({props.sm_count / tiles, max_splits, 64});
+  *splits = static_cast<int32_t>(std::max<int64_t>(1, s));
+  return cudaSuccess;
+}
+
+// Runs p on `stream` (p.splits > 1 needs p.workspace of WorkspaceElems floats).
+inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0) return cudaSuccess;
+  if (p.m < 0 || p.n < 0 || p.k < 0 || p.splits < 1 || (p.splits > 1 && p.workspace == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceProps props;
+  XK_CUDA_TRY(GetDeviceProps(&props));
+  return DispatchOut(p.out_type, [&](auto out) -> cudaError_t {
+    using Out = decltype(out);
+    if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
+    const Kernel kernel = Choose(p, props.cc_major);
+    if (p.in_type == Elem::kE4M3) {
+      using F8 = __nv_fp8_e4m3;
+      const bool block = p.a_scale_kind == Scale::kBlock;
+      if (kernel == Kernel::kSm90Small) {
+        return block ? LaunchSm90<Sm90BlockSmall, Out>(p, stream, props)
+                     : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);
+      }
+      return block ? LaunchSm90<Sm90Block, Out>(p, stream, props)
+                   : LaunchSm90<Sm90Large<F8>, Out>(p, stream, props);
+    }
+    auto run16 = [&](auto t) -> cudaError_t {
+      using T = decltype(t);
+      if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, T>) {
+        switch (kernel) {
+          case Kernel::kSm90Large:
+            return LaunchSm90<Sm90Large<T>, Out>(p, stream, props);
+          case Kernel::kSm90Small:
+            return LaunchSm90<Sm90Small<T>, Out>(p, stream, props);
+          case Kernel::kSm80Large:
+            return LaunchSm80<Sm80Large, T, Out>(p, stream, props);
+          case Kernel::kSm80Mid:
+            return LaunchSm80<Sm80Mid, T, Out>(p, stream, props);
+          case Kernel::kSm80Small:
+            return LaunchSm80<Sm80Small, T, Out>(p, stream, props);
+        }
+      }
+      return cudaErrorInvalidValue;  // 16-bit inputs give their own type or float
+    };
+    if (p.in_type == Elem::kF16) return run16(__half{});
+    if (p.in_type == Elem::kBF16) return run16(__nv_bfloat16{});
+    return cudaErrorInvalidValue;
+  });
+}
+
+}  // namespace xkernels::gemm
+
+#endif  // XKERNELS_GEMM_GEMM_H_

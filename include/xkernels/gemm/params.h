@@ -1,0 +1,85 @@
+// What the GEMM and FP8-quantisation launchers take, over raw pointers with row pitches. Host code
+// (bindings, the host implementation) and kernels share it; CUDA-free.
+//
+//   out [m, n] = (a [m, k] * sa) @ ((b * sb) [n, k])^T (+ bias [n])
+//
+// a and b are 16-bit floats (sa = sb = 1) or e4m3 with scales (Scale): per tensor (one float),
+// per row (a: one per row of a; b: one per row of b, i.e. per output column), or per block (a:
+// one per 1 x 128 block along k, [m, ceil(k / 128)]; b: one per 128 x 128 block,
+// [ceil(n / 128), ceil(k / 128)]; the DeepSeek-V3 recipe). Per-tensor and per-row scales may be
+// mixed (a per row, b per tensor, ...); block scales go with block scales only.
+#ifndef XKERNELS_GEMM_PARAMS_H_
+#define XKERNELS_GEMM_PARAMS_H_
+
+#include <cstdint>
+
+namespace xkernels::gemm {
+
+// b's layout: [n, k] (an nn.Linear weight: out = a @ b^T) or [k, n] (out = a @ b; 16-bit only).
+enum class BLayout : int32_t { kNK = 0, kKN = 1 };
+
+// Element types at the launchers' boundary.
+enum class Elem : int32_t { kF16 = 0, kBF16 = 1, kF32 = 2, kE4M3 = 3 };
+
+// How an e4m3 operand is scaled (kNone for 16-bit operands).
+enum class Scale : int32_t { kNone = 0, kTensor = 1, kRow = 2, kBlock = 3 };
+
+// Which kernel runs: chosen for the device and shapes, or one version by name (benchmarks, tests).
+enum class Path : int32_t {
+  kAuto = 0,
+  kSm80 = 1,  // cp.async + ldmatrix + mma.sync (sm_80+; 16-bit only)
+  kSm90 = 2   // TMA + wgmma, warp-specialised and persistent (sm_90a)
+};
+
+// Block scales cover this many values along k (and, for b, along n).
+constexpr int kScaleBlock = 128;
+
+struct Params {
+  const void* a = nullptr;       // [m, k], row pitch lda elements
+  const void* b = nullptr;       // [n, k] or [k, n] (b_layout), row pitch ldb; a's type
+  const void* bias = nullptr;    // [n], contiguous, bias_type; or null
+  void* out = nullptr;           // [m, n], row pitch ldc, out_type
+  float* workspace = nullptr;    // [splits, m, n] fp32 partial sums when splits > 1
+  const float* a_scale = nullptr;  // e4m3 only: see Scale; block scales row pitch a_scale_ld
+  const float* b_scale = nullptr;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t a_scale_ld = 0, b_scale_ld = 0;  // kBlock: row pitches of the scale matrices
+  int32_t m = 0, n = 0, k = 0;
+  int32_t splits = 1;  // k split over this many thread blocks per output tile, summed after
+  Elem in_type = Elem::kBF16;    // a and b: kF16, kBF16 or kE4M3
+  Elem out_type = Elem::kBF16;   // kF16, kBF16 or kF32 (16-bit inputs: in_type or kF32)
+  Elem bias_type = Elem::kF32;   // kF16, kBF16 (= out_type) or kF32
+  BLayout b_layout = BLayout::kNK;
+  Scale a_scale_kind = Scale::kNone, b_scale_kind = Scale::kNone;
+  Path path = Path::kAuto;
+};
+
+// Floats of workspace a call with `splits` needs.
+inline int64_t WorkspaceElems(int64_t splits, int64_t m, int64_t n) {
+  return splits > 1 ? splits * m * n : 0;
+}
+
+// ---- quantisation to e4m3: q = x / scale rounded (saturating at +-448), scale = amax / 448 over
+// the group (1 where the group is all zeros), so that x ~ q * scale.
+enum class Granularity : int32_t {
+  kTensor = 0,  // one scale: [1]
+  kRow = 1,     // one per row: [rows]
+  kBlock = 2,   // one per 1 x 128 block of a row: [rows, ceil(cols / 128)]
+  kBlock2d = 3  // one per 128 x 128 block: [ceil(rows / 128), ceil(cols / 128)] (weights)
+};
+
+constexpr float kE4M3Max = 448.f;
+
+struct QuantParams {
+  const void* x = nullptr;  // [rows, cols], row pitch ldx, x_type (kF16, kBF16 or kF32)
+  void* q = nullptr;        // [rows, cols] e4m3, row pitch ldq
+  float* scale = nullptr;   // see Granularity; contiguous rows of pitch scale_ld (kBlock, kBlock2d)
+  int64_t ldx = 0, ldq = 0, scale_ld = 0;
+  int32_t rows = 0, cols = 0;
+  Elem x_type = Elem::kBF16;
+  Granularity granularity = Granularity::kRow;
+};
+
+}  // namespace xkernels::gemm
+
+#endif  // XKERNELS_GEMM_PARAMS_H_

@@ -1,0 +1,394 @@
+// GEMM for sm_90a, the Hopper path: TMA loads into 128-byte-swizzled shared memory, wgmma with the
+// accumulators in registers, warp specialisation and a persistent tile loop.
+//
+// A block of 1 + kConsumers warpgroups stays on its SM for the whole call and takes work units
+// (output tile, k split) gridDim.x apart, in grouped tile order (epilogue.h). Warpgroup 0 is the
+// producer: one thread keeps a ring of kStages shared-memory stages full, each stage a k block
+// of a (kBM rows) and b (kBN rows) of 128 bytes per row (64 16-bit values, 128 e4m3), loaded by
+// TMA and completed on the stage's `full` mbarrier. Each consumer warpgroup owns 64 rows of the
+// tile: it waits on `full`, issues the k block's wgmmas (64 x kBN x 128 bytes of k), keeps one
+// batch in flight and releases the previous stage on its `empty` mbarrier. The producer runs ahead
+// into the next unit while the consumers store one, so loads overlap the epilogue.
+//
+// e4m3 scales: per tensor and per row they are linear in the output and applied in the epilogue;
+// per block (1 x 128 of a, 128 x 128 of b) each k block's product is taken into a second set of
+// accumulators and added to the result times its two scales in fp32 (DeepSeek-V3's promotion;
+// kBK is exactly one scale block).
+//
+// Split-K: a unit with splits > 1 writes its fp32 partial tile (scaled, without bias) to the
+// workspace; SplitKReduce sums them.
+#ifndef XKERNELS_GEMM_SM90_H_
+#define XKERNELS_GEMM_SM90_H_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "xkernels/common.h"
+#include "xkernels/gemm/epilogue.h"
+#include "xkernels/gemm/params.h"
+#include "xkernels/tma.h"
+#include "xkernels/wgmma.h"
+
+namespace xkernels::gemm {
+
+template <typename T_, int kConsumers_, int kBN_, int kStages_, bool kBlockScale_>
+struct Sm90Tile {
+  using T = T_;  // __half, __nv_bfloat16 or __nv_fp8_e4m3
+  static constexpr int kConsumers = kConsumers_, kBN = kBN_, kStages = kStages_;
+  static constexpr bool kBlockScale = kBlockScale_;
+  static constexpr int kBM = 64 * kConsumers;
+  static constexpr int kBK = 128 / static_cast<int>(sizeof(T));  // one 128-byte row
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kAcc = kBN / 2;  // accumulator floats per thread (64 x kBN per group)
+  static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // A 16-bit output leaves through shared memory: 64 rows x kBN of one consumer at a time, as
+  // kBN / 64 TMA boxes of 64 x 64 (128-byte swizzled rows), stored while the next tile runs.
+  static constexpr int kCBytes = 64 * kBN * 2;
+  // slack to align, the stages and the C buffer (1024-byte aligned: the swizzle's period), the
+  // barriers
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kCBytes + 2 * kStages * 8;
+  static_assert(!kBlockScale || (sizeof(T) == 1 && kBN == 128),
+                "block scales: e4m3, one 128-column scale block per tile");
+  static_assert(kBN <= 256 && kBM <= 256, "TMA boxes of at most 256 rows");
+};
+
+namespace detail {
+
+XK_DEVICE void setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"); }
+
+// Named barriers of the epilogue (0 is __syncthreads): one per consumer group, and the C buffer's
+// hand-over from one group to the other.
+constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3;
+XK_DEVICE void setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); }
+
+// Work unit u -> its output tile (tm, tn) and k blocks.
+struct Unit {
+  int tm, tn, split, kb_begin, kb_count;
+};
+template <class Tl>
+XK_DEVICE Unit UnitOf(const Params& p, int u) {
+  const int tiles_m = (p.m + Tl::kBM - 1) / Tl::kBM, tiles_n = (p.n + Tl::kBN - 1) / Tl::kBN;
+  const int tiles = tiles_m * tiles_n;
+  Unit w;
+  w.split = u / tiles;
+  GroupedTile<16>(u % tiles, tiles_m, tiles_n, &w.tm, &w.tn);
+  SplitRange((p.k + Tl::kBK - 1) / Tl::kBK, p.splits, w.split, &w.kb_begin, &w.kb_count);
+  return w;
+}
+
+}  // namespace detail
+
+// Work units of a call: output tiles x splits.
+template <class Tl>
+XK_HOST_DEVICE int64_t Sm90Units(const Params& p) {
+  return static_cast<int64_t>((p.m + Tl::kBM - 1) / Tl::kBM) * ((p.n + Tl::kBN - 1) / Tl::kBN) *
+         p.splits;
+}
+
+template <class Tl, typename Out>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+    Sm90Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+               const __grid_constant__ CUtensorMap map_c, const Params p, const bool tma_store) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma and setmaxnreg exist on sm_90a only; the dispatcher never launches this
+#else
+  using T = typename Tl::T;
+  constexpr int kStages = Tl::kStages, kBN = Tl::kBN, kAcc = Tl::kAcc;
+  constexpr int kSteps = Tl::kBK / wgmma::kK<T>;  // wgmmas per k block (4)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // stage s: a (kBM, 128 bytes) at s_base + s * kStageBytes, b (kBN, 128 bytes) after it
+  const uint32_t s_raw = mma::smem_addr(smem_raw);
+  const uint32_t s_base = (s_raw + 1023) & ~1023u;
+  const uint32_t s_c = s_base + kStages * Tl::kStageBytes;  // (64, kBN) of one group
+  const uint32_t full0 = s_c + Tl::kCBytes;                 // kStages mbarriers, 8 bytes each
+  const uint32_t empty0 = full0 + kStages * 8;
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  const int units = Sm90Units<Tl>(p);
+  const int u_first = static_cast<int>(blockIdx.x), u_step = static_cast<int>(gridDim.x);
+
+  if (threadIdx.x == 0) {
+    tma::prefetch_map(&map_a);
+    tma::prefetch_map(&map_b);
+    for (int s = 0; s < kStages; ++s) {
+      tma::mbar_init(full0 + 8 * s, 1);                    // the producer's expect_tx
+      tma::mbar_init(empty0 + 8 * s, 4 * Tl::kConsumers);  // one arrival per consumer warp
+    }
+    tma::mbar_fence_init();
+  }
+  __syncthreads();
+  pdl_wait();
+
+  if (wg == 0) {  // ---- producer
+    if constexpr (Tl::kConsumers > 1) detail::setmaxnreg_dec40();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int u = u_first; u < units; u += u_step) {
+        const detail::Unit w = detail::UnitOf<Tl>(p, u);
+        for (int kb = 0; kb < w.kb_count; ++kb) {
+          tma::mbar_wait(empty0 + 8 * stage, phase ^ 1);  // a fresh barrier passes parity 1
+          const uint32_t full = full0 + 8 * stage;
+          const uint32_t sa = s_base + stage * Tl::kStageBytes;
+          const int k0 = (w.kb_begin + kb) * Tl::kBK;
+          tma::mbar_arrive_expect_tx(full, Tl::kStageBytes);
+          tma::load_2d(sa, &map_a, full, k0, w.tm * Tl::kBM);
+          tma::load_2d(sa + Tl::kABytes, &map_b, full, k0, w.tn * kBN);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+    pdl_release();
+  } else {
+    // ---- consumers: warpgroup wg - 1 owns rows 64 (wg - 1) .. + 63 of each tile
+    if constexpr (Tl::kConsumers > 1) detail::setmaxnreg_inc232();
+    // a stage's release: one arrival per warp on its empty barrier
+    auto release = [&](int st) {
+      if (static_cast<int>(threadIdx.x) % 32 == 0) tma::mbar_arrive(empty0 + 8 * st);
+    };
+    const int cw = wg - 1;
+    const int lane = static_cast<int>(threadIdx.x) % 32,
+              warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int g = lane / 4, c = lane % 4;
+    int stage = 0, done = 0;  // done: tiles stored through the C buffer
+    uint32_t phase = 0;
+    float acc[kAcc];  // (n8 block j: rows g, g + 8 x columns 2c, 2c + 1)
+
+    for (int u = u_first; u < units; u += u_step) {
+      const detail::Unit w = detail::UnitOf<Tl>(p, u);
+      const int row0 = w.tm * Tl::kBM + 64 * cw + 16 * warp + g;  // and row0 + 8
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+      // e4m3 per-tensor / per-row scales of this thread's rows and columns, loaded now so that
+      // the epilogue does not wait for them (1 for 16-bit operands and block scales)
+      constexpr bool kEpilogueScales = sizeof(T) == 1 && !Tl::kBlockScale;
+      float sa0 = 1.f, sa1 = 1.f;
+      float sbv[kEpilogueScales ? kBN / 4 : 1];  // (n8 block j, column 2c + e)
+      if constexpr (kEpilogueScales) {
+        sa0 = RowScale(p.a_scale, p.a_scale_kind, min(row0, p.m - 1));
+        sa1 = RowScale(p.a_scale, p.a_scale_kind, min(row0 + 8, p.m - 1));
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int col = min(w.tn * kBN + 8 * j + 2 * c, p.n - 2);
+          sbv[2 * j] = RowScale(p.b_scale, p.b_scale_kind, col);
+          sbv[2 * j + 1] = RowScale(p.b_scale, p.b_scale_kind, col + 1);
+        }
+      }
+
+      if constexpr (!Tl::kBlockScale) {
+        int prev = -1;
+        for (int kb = 0; kb < w.kb_count; ++kb) {
+          tma::mbar_wait(full0 + 8 * stage, phase);
+          const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
+          const uint32_t sb = s_base + stage * Tl::kStageBytes + Tl::kABytes;
+          wgmma::fence_operands(acc);
+          wgmma::fence();
+#pragma unroll
+          for (int s = 0; s < kSteps; ++s) {  // 32 bytes of k per step
+            wgmma::mma<kBN, T>(acc, wgmma::desc_sw128(sa + 32 * s), wgmma::desc_sw128(sb + 32 * s),
+                               1);
+          }
+          wgmma::commit();
+          wgmma::wait<1>();  // the previous k block's batch is done: its stage is free
+          wgmma::fence_operands(acc);
+          if (prev >= 0) release(prev);
+          prev = stage;
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+        wgmma::wait<0>();
+        wgmma::fence_operands(acc);
+        if (prev >= 0) release(prev);
+      } else {
+        // one scale block of b per tile (kBN = 128); a's scales per row and k block
+        const float* sa_row0 = p.a_scale + static_cast<int64_t>(min(row0, p.m - 1)) * p.a_scale_ld;
+        const float* sa_row1 =
+            p.a_scale + static_cast<int64_t>(min(row0 + 8, p.m - 1)) * p.a_scale_ld;
+        const float* sb_row = p.b_scale + static_cast<int64_t>(w.tn) * p.b_scale_ld;
+        float part[kAcc];
+        // the next k block's scales load while this one multiplies
+        float s0 = 0.f, s1 = 0.f, sb = 0.f;
+        if (w.kb_count > 0) {
+          s0 = __ldg(sa_row0 + w.kb_begin), s1 = __ldg(sa_row1 + w.kb_begin);
+          sb = __ldg(sb_row + w.kb_begin);
+        }
+        for (int kb = 0; kb < w.kb_count; ++kb) {
+          const int kn = w.kb_begin + min(kb + 1, w.kb_count - 1);
+          const float n0 = __ldg(sa_row0 + kn), n1 = __ldg(sa_row1 + kn), nb = __ldg(sb_row + kn);
+          tma::mbar_wait(full0 + 8 * stage, phase);
+          const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
+          const uint32_t sbm = s_base + stage * Tl::kStageBytes + Tl::kABytes;
+          wgmma::fence_operands(part);
+          wgmma::fence();
+#pragma unroll
+          for (int s = 0; s < kSteps; ++s) {
+            wgmma::mma<kBN, T>(part, wgmma::desc_sw128(sa + 32 * s),
+                               wgmma::desc_sw128(sbm + 32 * s), s > 0 ? 1u : 0u);
+          }
+          wgmma::commit();
+          wgmma::wait<0>();
+          wgmma::fence_operands(part);
+          release(stage);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+          const float f0 = s0 * sb, f1 = s1 * sb;
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            acc[4 * j + 0] = fmaf(part[4 * j + 0], f0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], f1, acc[4 * j + 3]);
+          }
+          s0 = n0, s1 = n1, sb = nb;
+        }
+      }
+
+      // ---- epilogue: scales (per tensor / row), bias, rounding; or the fp32 partial tile
+      const bool partial = p.splits > 1;
+      // the value of accumulator pair (j, h) with scales and bias
+      auto value = [&](int j, int h, float2 bias) {
+        const float f = h ? sa1 : sa0;
+        float sb0 = 1.f, sb1 = 1.f;
+        if constexpr (kEpilogueScales) sb0 = sbv[2 * j], sb1 = sbv[2 * j + 1];
+        return make_float2(acc[4 * j + 2 * h] * (f * sb0) + bias.x,
+                           acc[4 * j + 2 * h + 1] * (f * sb1) + bias.y);
+      };
+      if constexpr (sizeof(Out) == 2) {
+        if (tma_store && !partial) {
+          // The C buffer passes from group 0 to group 1 and back once its TMA store has read it.
+          const uint32_t bar_group = detail::kBarGroup0 + cw;
+          const bool leader = threadIdx.x % 128 == 0;
+          if constexpr (Tl::kConsumers == 2) {
+            if (cw == 1 || done > 0) tma::named_sync(detail::kBarFreeFor0 + cw, 160);
+          } else {
+            if (leader) tma::bulk_wait_read<0>();
+            tma::named_sync(bar_group, 128);
+          }
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            const int col = w.tn * kBN + 8 * j + 2 * c;
+            const bool in = col < p.n;
+            const float2 bias = in && p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, col)
+                                                        : make_float2(0, 0);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              // box j / 8 of (64, 64), row r, 16-byte chunk j % 8 swizzled with the row
+              const int r = 16 * warp + g + 8 * h;
+              const float2 v = value(j, h, bias);
+              const uint32_t dst =
+                  s_c + (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) << 4) + 4 * c;
+              asm volatile("st.shared.b32 [%0], %1;" ::"r"(dst), "r"(mma::pack2<Out>(v.x, v.y)));
+            }
+          }
+          tma::fence_async_shared();
+          tma::named_sync(bar_group, 128);
+          if (leader) {
+#pragma unroll
+            for (int q = 0; q < kBN / 64; ++q) {
+              tma::store_2d(&map_c, s_c + q * 8192, w.tn * kBN + 64 * q, w.tm * Tl::kBM + 64 * cw);
+            }
+            tma::bulk_commit();
+          }
+          if constexpr (Tl::kConsumers == 2) {
+            if (warp == 0) {
+              if (leader) tma::bulk_wait_read<0>();
+              __syncwarp();
+              tma::named_arrive(detail::kBarFreeFor0 + (1 - cw), 160);
+            }
+          }
+          ++done;
+          continue;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int col = w.tn * kBN + 8 * j + 2 * c;
+        if (col >= p.n) continue;
+        const float2 bias = !partial && p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, col)
+                                                          : make_float2(0.f, 0.f);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 8 * h;
+          if (row >= p.m) continue;
+          const float2 v = value(j, h, bias);
+          if (partial) {
+            float* dst = p.workspace + (static_cast<int64_t>(w.split) * p.m + row) * p.n + col;
+            *reinterpret_cast<float2*>(dst) = v;
+          } else {
+            StorePair(static_cast<Out*>(p.out) + row * p.ldc + col, v.x, v.y);
+          }
+        }
+      }
+    }
+    // the last hand-over of the C buffer, and the last stores out of it
+    if constexpr (Tl::kConsumers == 2) {
+      if (cw == 0 && done > 0) tma::named_sync(detail::kBarFreeFor0, 160);
+    }
+    if (threadIdx.x % 128 == 0 && done > 0) tma::bulk_wait<0>();
+    pdl_release();
+  }  // consumers
+#endif
+}
+
+// The kernel of a tile, its dynamic shared memory raised once per device.
+template <class Tl, typename Out>
+cudaError_t PreparedSm90(void (**kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, bool)) {
+  static bool ready[kMaxDevices] = {};
+  int dev = 0;
+  XK_CUDA_TRY(CurrentDevice(&dev));
+  *kernel = Sm90Kernel<Tl, Out>;
+  if (!ready[dev]) {  // benign race: every thread sets the same attribute
+    XK_CUDA_TRY(
+        cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes));
+    ready[dev] = true;
+  }
+  return cudaSuccess;
+}
+
+template <class Tl, typename Out>
+cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+  using T = typename Tl::T;
+  if (Tl::kSmemBytes > props.smem_optin) return cudaErrorInvalidConfiguration;
+  const int64_t units = Sm90Units<Tl>(p);
+  if (units > 0x7fffffff || p.splits < 1 || p.splits > 65535) {
+    return cudaErrorInvalidConfiguration;
+  }
+  const CUtensorMapDataType type = sizeof(T) == 1              ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  constexpr int kElem = static_cast<int>(sizeof(T));
+  CUtensorMap map_a, map_b, map_c;
+  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda, Tl::kBM, Tl::kBK));
+  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, p.n, p.k, p.ldb, Tl::kBN, Tl::kBK));
+  // 16-bit outputs leave by TMA where out's base and pitch allow it (16-byte aligned)
+  bool tma_store = false;
+  if constexpr (sizeof(Out) == 2) {
+    tma_store = p.splits == 1 && is_aligned(p.out, 16) && p.ldc % 8 == 0;
+    if (tma_store) {
+      XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_c, p.out,
+                                         std::is_same_v<Out, __half>
+                                             ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                         2, p.m, p.n, p.ldc, 64, 64));
+    }
+  }
+  if (!tma_store) map_c = map_a;  // unused
+  void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, bool) = nullptr;
+  XK_CUDA_TRY((PreparedSm90<Tl, Out>(&kernel)));
+  // a persistent grid: one block per SM
+  const dim3 grid(static_cast<unsigned>(units < props.sm_count ? units : props.sm_count));
+  {
+    const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, 1, UsePDL(props), Tl::kSmemBytes);
+    XK_CUDA_TRY(cudaLaunchKernelEx(&lc.cfg, kernel, map_a, map_b, map_c, p, tma_store));
+  }
+  return p.splits == 1 ? cudaSuccess : LaunchSplitKReduce<Out>(p, stream, props);
+}
+
+}  // namespace xkernels::gemm
+
+#endif  // XKERNELS_GEMM_SM90_H_

@@ -1,0 +1,122 @@
+// Hopper's bulk tensor copies (TMA) and the mbarriers they complete on (sm_90+), and the host side:
+// 2-D tensor maps encoded through the driver entry point (no -lcuda needed).
+//
+// A stage of a pipeline: the producer thread arms the stage's `full` barrier with the bytes it
+// expects (arrive_expect_tx), issues the copies, which complete that many bytes on it; consumers
+// wait on `full` with the stage's phase parity, and, done with the stage, arrive on its `empty`
+// barrier, which the producer waits on before refilling the slot.
+#ifndef XKERNELS_TMA_H_
+#define XKERNELS_TMA_H_
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "xkernels/common.h"
+
+namespace xkernels::tma {
+
+// ---- mbarrier (shared-window addresses)
+XK_DEVICE void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the barriers' initialisation visible to the async proxy (TMA) and the other threads.
+XK_DEVICE void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+XK_DEVICE void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+XK_DEVICE void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+XK_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- bulk tensor copy: the box at coordinates (x inner, y outer) of a 2-D tensor map into shared
+// memory at `dst`, completing its bytes on `bar`. Out-of-bounds elements are filled with zeros
+// and still counted in the bytes.
+XK_DEVICE void load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t x, int32_t y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y)
+      : "memory");
+}
+// The box at (x, y) of a 2-D tensor map from shared memory at `src` (rows outside the tensor are
+// not written), as part of this thread's current bulk group.
+XK_DEVICE void store_2d(const CUtensorMap* map, uint32_t src, int32_t x, int32_t y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(x), "r"(y)
+               : "memory");
+}
+XK_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most kPending of this thread's bulk groups are still reading shared memory.
+template <int kPending>
+XK_DEVICE void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// Waits until at most kPending of this thread's bulk groups are still in flight (writes done).
+template <int kPending>
+XK_DEVICE void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+// Orders this thread's ordinary shared-memory writes before the async proxy's reads (TMA store).
+XK_DEVICE void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Named barriers among `count` threads (a multiple of 32): sync waits, arrive does not.
+XK_DEVICE void named_sync(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+XK_DEVICE void named_arrive(uint32_t id, uint32_t count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+XK_DEVICE void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// ---- host: a 2-D tensor map over `rows` x `cols` elements of `bytes_per_elem` (row pitch `ld`
+// elements, 16-byte aligned base and pitch), boxes of box_rows x box_cols, 128-byte swizzle
+// (box_cols * bytes_per_elem must be 128).
+inline cudaError_t EncodeTensorMap2d(CUtensorMap* map, const void* base, CUtensorMapDataType type,
+                                     int bytes_per_elem, int64_t rows, int64_t cols, int64_t ld,
+                                     int box_rows, int box_cols) {
+  using Encode =
+      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = nullptr;
+  if (encode == nullptr) {  // benign race: every thread finds the same entry point
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    XK_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                 cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorNotSupported;
+    encode = reinterpret_cast<Encode>(fn);
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * bytes_per_elem)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace xkernels::tma
+
+#endif  // XKERNELS_TMA_H_
