@@ -18,7 +18,8 @@ namespace xkernels::gemm {
 // b's layout: [n, k] (an nn.Linear weight: out = a @ b^T) or [k, n] (out = a @ b; 16-bit only).
 enum class BLayout : int32_t { kNK = 0, kKN = 1 };
 
-// Element types at the launchers' boundary.
+// Element types at the launchers' boundary. The codes are also what the exported functions take
+// for out_dtype (pkg/xkernels/ops.py, DTYPES, lists them in this order).
 enum class Elem : int32_t { kF16 = 0, kBF16 = 1, kF32 = 2, kE4M3 = 3 };
 
 // How an e4m3 operand is scaled (kNone for 16-bit operands).
@@ -34,21 +35,23 @@ enum class Path : int32_t {
 // Block scales cover this many values along k (and, for b, along n).
 constexpr int kScaleBlock = 128;
 
+// Alignment the kernels need (bindings/gemm.cu checks it): a, b and out 16-byte aligned with row
+// pitches of whole 16 bytes (TMA), n and k multiples of 8 (16 for e4m3), bias 16-byte aligned.
 struct Params {
-  const void* a = nullptr;       // [m, k], row pitch lda elements
-  const void* b = nullptr;       // [n, k] or [k, n] (b_layout), row pitch ldb; a's type
-  const void* bias = nullptr;    // [n], contiguous, bias_type; or null
-  void* out = nullptr;           // [m, n], row pitch ldc, out_type
-  float* workspace = nullptr;    // [splits, m, n] fp32 partial sums when splits > 1
+  const void* a = nullptr;         // [m, k], row pitch lda elements
+  const void* b = nullptr;         // [n, k] or [k, n] (b_layout), row pitch ldb; a's type
+  const void* bias = nullptr;      // [n], contiguous, bias_type; or null
+  void* out = nullptr;             // [m, n], row pitch ldc, out_type
+  float* workspace = nullptr;      // [splits, m, n] fp32 partial sums when splits > 1
   const float* a_scale = nullptr;  // e4m3 only: see Scale; block scales row pitch a_scale_ld
   const float* b_scale = nullptr;
   int64_t lda = 0, ldb = 0, ldc = 0;
   int64_t a_scale_ld = 0, b_scale_ld = 0;  // kBlock: row pitches of the scale matrices
   int32_t m = 0, n = 0, k = 0;
-  int32_t splits = 1;  // k split over this many thread blocks per output tile, summed after
-  Elem in_type = Elem::kBF16;    // a and b: kF16, kBF16 or kE4M3
-  Elem out_type = Elem::kBF16;   // kF16, kBF16 or kF32 (16-bit inputs: in_type or kF32)
-  Elem bias_type = Elem::kF32;   // kF16, kBF16 (= out_type) or kF32
+  int32_t splits = 1;          // k split over this many thread blocks per output tile, summed after
+  Elem in_type = Elem::kBF16;  // a and b: kF16, kBF16 or kE4M3
+  Elem out_type = Elem::kBF16;  // kF16, kBF16 or kF32 (16-bit inputs: in_type or kF32)
+  Elem bias_type = Elem::kF32;  // kF16 or kBF16 (a's type; out_type for e4m3) or kF32
   BLayout b_layout = BLayout::kNK;
   Scale a_scale_kind = Scale::kNone, b_scale_kind = Scale::kNone;
   Path path = Path::kAuto;
