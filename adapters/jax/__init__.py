@@ -17,9 +17,12 @@ XLA's stream, marked safe for XLA's command buffers, i.e. CUDA graphs). Argument
   call); a batched weight or bias falls back to a sequential ``lax.map``.
 - No backward yet: ``jax.grad`` or ``jax.jvp`` through an op raises NotImplementedError naming it.
 
-Attention ops return ``out`` or ``(out, lse)``. Their float32 workspace is one more result of the
-FFI call (XLA allocates it; the exported function takes it after the outputs), sized when the call
-is traced by the op's planner for the first input's GPU (or the default backend's). Their
+Attention ops return ``out`` or ``(out, lse)``, GEMM ops ``out`` (``quantize_fp8``: ``(q, scale)``);
+an optional input left None (a bias) is an empty float32 array at the FFI call, which the exported
+function takes as absent. float8_e4m3fn arrays cross as they are: jax-tvm-ffi (0.1.3) maps XLA's
+F8E4M3FN buffers to DLPack's kDLFloat8_e4m3fn. An op's float32 workspace is one more result of
+the FFI call (XLA allocates it; the exported function takes it after the outputs), sized when the
+call is traced by the op's planner for the first input's GPU (or the default backend's). The
 arguments are checked at trace time by the exported function in its dry-run mode, on host arrays
 of the exact shapes (zero strides, nothing allocated); ``jax.vmap`` maps them sequentially.
 """
@@ -150,13 +153,14 @@ def _attention_core(name: str, attrs: tuple, device_id: int):
     index = {x.name: i for i, x in enumerate(op.inputs)}
     named = {a.name: v for a, v in zip(op.attrs, attrs)}
     exists = [o.exists(named) for o in op.outputs]
+    dtypes = [o.dtype_of(named) for o in op.outputs]  # None: the `like` input's
 
     def call(*args):
         _register(name)
-        likes = [args[index[o.like]] for o in op.outputs]
-        outs = [(o.shape_for(a.shape, named),
-                 np.dtype(np.float32) if o.dtype == "float32" or not e else a.dtype)
-                for o, e, a in zip(op.outputs, exists, likes)]
+        shapes = {x.name: a.shape for x, a in zip(op.inputs, args)}
+        outs = [(o.shape_of(shapes, named),
+                 args[index[o.like]].dtype if d is None else jax.numpy.dtype(d))
+                for o, d in zip(op.outputs, dtypes)]
         _dry_run(op, args, attrs, outs)  # at trace time: once per shapes and dtypes
         types = [jax.ShapeDtypeStruct(*sd) for sd in outs]
         ffi = attrs
@@ -182,6 +186,15 @@ def _attention_core(name: str, attrs: tuple, device_id: int):
     fn = jax.custom_jvp(fn)
     fn.defjvp(lambda primals, tangents: _no_grad(name))
     return jax.jit(fn)
+
+
+@functools.cache
+def _absent():
+    """What an optional input left None becomes: an empty float32 array, which the exported
+    function takes as absent (uncommitted: it follows the other arguments' device). Concrete even
+    when first asked for under a trace, so that the cached array is no tracer."""
+    with jax.ensure_compile_time_eval():
+        return jax.numpy.zeros((0,), np.float32)
 
 
 def _static(op: str, name: str, value):
@@ -224,11 +237,12 @@ def _devstr(devs) -> str:
 
 
 def _host_array(shape, dtype, column=False, exact=False):
-    """A host array as the exported function takes it (bfloat16: a retagged uint16 view) for the
-    argument checks: the argument's shape behind a leading 0 (no element; a column: its shape),
-    or with `exact` its own shape with zero strides on the leading dims (one row of memory)."""
-    bf16 = dtype == jax.numpy.bfloat16
-    raw = np.dtype(np.uint16) if bf16 else np.dtype(dtype)
+    """A host array as the exported function takes it (bfloat16, float8_e4m3fn: a retagged
+    unsigned view) for the argument checks: the argument's shape behind a leading 0 (no element;
+    a column: its shape), or with `exact` its own shape with zero strides on the leading dims (one
+    row of memory)."""
+    view = _dlpack.RETAGGED.get(np.dtype(dtype).name)  # (unsigned view dtype, to tvm_ffi.Tensor)
+    raw = np.dtype(view[0]) if view else np.dtype(dtype)
     if column and len(shape) == 1:
         a = np.zeros(shape, raw)
     else:  # NumPy gives empty arrays zero strides: set them
@@ -237,7 +251,7 @@ def _host_array(shape, dtype, column=False, exact=False):
         a = np.lib.stride_tricks.as_strided(
             row, shape, (0,) * (len(shape) - 1) + (raw.itemsize,) if shape else ())
     cap = a.__dlpack__(max_version=(1, 0))
-    return _dlpack.bfloat16_tensor(cap) if bf16 else tvm_ffi.from_dlpack(cap)
+    return view[1](cap) if view else tvm_ffi.from_dlpack(cap)
 
 
 _checked: dict[tuple, None] = {}
@@ -295,11 +309,11 @@ def _dry_run(op: Op, args: tuple, attrs: tuple, outs: list) -> None:
 
 def _attention_source(op: Op) -> str:
     ins = [x.name for x in op.inputs]
-    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs])
-    lines = [f"def {op.name}({params}):"]
+    lines = [f"def {op.name}({ac.params(op, outputs=False)}):"]
     for a in op.attrs:
         enc = f"_ENC_{op.name}_{a.name}" if op.encoded(a) else "_float"
         lines.append(f"    {a.name} = {enc}(_static({op.name!r}, {a.name!r}, {a.name}))")
+    lines += ac.absent(op, "_absent()")
     for x in ins:
         lines.append(f"    if type({x}) is not _ArrayImpl: {x} = _array({op.name!r}, {x!r}, {x})")
     lines += [
@@ -348,7 +362,7 @@ def _doc(op: Op) -> str:
 def _generate() -> dict:
     env = {"_static": _static, "_array": _array, "_same_device": _same_device,
            "_core": _core, "_float": float, "_ArrayImpl": type(jax.numpy.zeros(())),
-           "_attention_core": _attention_core, "_device_id": _device_id}
+           "_attention_core": _attention_core, "_device_id": _device_id, "_absent": _absent}
     public = {}
     for op in OPS.values():
         env[f"_OP_{op.name}"] = op

@@ -2,9 +2,9 @@
 
 The same exported TVM-FFI functions as every other adapter, on CPU memory: the host (C++)
 implementations, the same API on any machine. Arrays cross through DLPack without a copy (strided
-rows, offsets and read-only inputs included). bfloat16 is ``ml_dtypes.bfloat16``: NumPy's DLPack
-exporter refuses it, so such an array crosses as a uint16 view whose DLPack dtype is retagged
-(the same memory).
+rows, offsets and read-only inputs included). bfloat16 is ``ml_dtypes.bfloat16`` and float8 is
+``ml_dtypes.float8_e4m3fn``: NumPy's DLPack exporter refuses both, so such an array crosses as a
+uint16 (uint8) view whose DLPack dtype is retagged (the same memory).
 
 Functional ops take an optional ``out=`` and return it; in-place ops (``fused_add_rmsnorm``)
 overwrite their inputs and return None, as in ``xkernels.torch``.
@@ -24,14 +24,17 @@ __all__ = sorted(OPS)  # noqa: PLE0605 (generated from the op table)
 try:
     import ml_dtypes
 
-    _BF16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # then no bfloat16 array can exist
-    _BF16 = None
+    _BF16, _F8 = np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn)
+except ImportError:  # then no bfloat16 or float8 array can exist
+    _BF16 = _F8 = None
 
 
 def _arg(x: np.ndarray):
-    if x.dtype == _BF16:
+    dtype = x.dtype
+    if dtype == _BF16:
         return _dlpack.bfloat16_tensor(x.view(np.uint16).__dlpack__(max_version=(1, 0)))
+    if dtype == _F8:
+        return _dlpack.float8_e4m3fn_tensor(x.view(np.uint8).__dlpack__(max_version=(1, 0)))
     # versioned DLPack: the legacy export refuses read-only arrays
     return tvm_ffi.from_dlpack(x.__dlpack__(max_version=(1, 0)))
 

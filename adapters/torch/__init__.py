@@ -10,11 +10,12 @@ Functional ops take an optional ``out=``; in-place ops (``fused_add_rmsnorm``) o
 inputs and return None, as FlashInfer's do, or, given all their outputs by keyword
 (``out=, residual_out=``), write those instead and leave the inputs alone.
 
-Attention ops take their outputs by keyword (``out=, lse=``) and return ``out`` or ``(out, lse)``.
-Their float32 workspace, sized by the op's planner (cached per shapes), comes from torch's caching
-allocator on every call: in the custom op's implementation, not its schema, so that
-``torch.compile`` traces only the outputs' allocation and a CUDA graph capture takes the
-workspace from the graph's pool.
+Attention and GEMM ops take their outputs by keyword (``out=, lse=``; ``out=``; ``q=, scale=``)
+and return ``out`` or ``(out, lse)`` (``(q, scale)``); an optional input left None (a bias) is an
+empty float32 tensor at the custom op (its schema has no optional tensors). Their float32
+workspace, sized by the op's planner (cached per shapes), comes from torch's caching allocator on
+every call: in the custom op's implementation, not its schema, so that ``torch.compile`` traces
+only the outputs' allocation and a CUDA graph capture takes the workspace from the graph's pool.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from .. import _attention_calls as ac
 from .. import jit
-from ..ops import OPS, Op, outputs_given
+from ..ops import DTYPES, OPS, Op, outputs_given
 
 __all__ = sorted(OPS)  # noqa: PLE0605 (generated from the op table)
 
@@ -119,8 +120,8 @@ def _source(op: Op) -> str:
 
 
 def _attention_schema(op: Op) -> str:
-    """An attention op's schema: every output (mutated), the inputs, the encoded attributes; no
-    workspace (the implementation allocates it)."""
+    """The schema of an op of the general path (attention, GEMM): every output (mutated), the
+    inputs, the encoded attributes; no workspace (the implementation allocates it)."""
     args = [f"Tensor(a{i}!) {o.name}" for i, o in enumerate(op.outputs)]
     args += [f"Tensor {x.name}" for x in op.inputs]
     args += [f"{a.ffi_type} {a.name}" for a in op.attrs]
@@ -130,8 +131,6 @@ def _attention_schema(op: Op) -> str:
 def _attention_source(op: Op) -> str:
     ins = [x.name for x in op.inputs]
     outs = [o.name for o in op.outputs]
-    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
-                       + [f"{o}=None" for o in outs])
     op_args = ", ".join(outs + ins + [a.name for a in op.attrs])
     first = ins[0]
     grad = " or ".join(f"{x.name}.requires_grad" for x in op.inputs if x.role != "index")
@@ -143,10 +142,11 @@ def _attention_source(op: Op) -> str:
                 f"{indent}_FN[{op.name!r}]({', '.join(outs)}, _empty(_n, dtype=_f32, "
                 f"device={first}.device), {', '.join(ins)}, *_a)"]
 
-    lines = [f"def {op.name}({params}):", *ac.encode(op)]
+    lines = [f"def {op.name}({ac.params(op)}):", *ac.encode(op),
+             *ac.absent(op, "_empty(0, dtype=_f32, device={first}.device)")]
     for o in op.outputs:
         lines += [f"    if {o.name} is None:",
-                  f"        {o.name} = _empty({ac.shape(op, o, f'{o.like}.shape')}, "
+                  f"        {o.name} = _empty({ac.shape(op, o)}, "
                   f"dtype={ac.dtype(o, f'{o.like}.dtype')}, device={o.like}.device)",
                   f"    elif not isinstance({o.name}, _Tensor):",
                   f"        _not_tensor({op.name!r}, {o.name!r}, {o.name})"]
@@ -188,6 +188,7 @@ def _generate() -> dict:
         "_ops": torch.ops.xkernels,
         "_outputs_given": functools.partial(outputs_given, __name__),
         "_f32": torch.float32,
+        "_DT": tuple(getattr(torch, name) for name in DTYPES),
         "_plan": jit.plan,
         "_not_tensor": _not_tensor,
     }

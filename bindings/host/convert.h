@@ -72,6 +72,37 @@ inline uint16_t FloatToF16(float f) {  // round to nearest even
   return static_cast<uint16_t>(sign | (((rounded >> 23) - 112) << 10) | ((rounded >> 13) & 0x3ff));
 }
 
+// float8 e4m3fn (the OCP FP8 E4M3 of H100's tensor cores): sign, 4 exponent bits of bias 7, 3
+// mantissa bits; no infinities, 0x7f and 0xff are NaN; the largest finite value is 448 (0x7e),
+// subnormals are multiples of 2^-9.
+inline float E4M3ToFloat(uint8_t q) {
+  const uint32_t sign = (q & 0x80u) << 24, exp = (q >> 3) & 0xf, man = q & 0x7;
+  if (exp == 0xf && man == 0x7) return BitsToFloat(sign | 0x7fc00000u);  // NaN
+  if (exp == 0) {  // zero, subnormal: man * 2^-9
+    const float v = static_cast<float>(man) * 0.001953125f;
+    return sign ? -v : v;
+  }
+  return BitsToFloat(sign | ((exp + 120) << 23) | (man << 20));
+}
+
+// Round to nearest even, saturating to +-448 (infinities too, as cvt.rn.satfinite does); NaN stays
+// NaN (0x7f with f's sign).
+inline uint8_t FloatToE4M3(float f) {
+  const uint32_t u = FloatToBits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7f;
+  // From 464, the midpoint between 448 and the next step (480, which e4m3fn spends on NaN), the
+  // even neighbour 448 or saturation: 448 either way.
+  if (a >= 464.f) return sign | 0x7e;
+  if (a < 0.015625f) {  // below the smallest normal 2^-6: a * 2^9 rounds to 0..8 (8: 2^-6, 0x08)
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.f));
+  }
+  const uint32_t ua = FloatToBits(a);
+  const uint32_t rounded = ua + 0x7ffffu + ((ua >> 20) & 1u);  // 23 -> 3 mantissa bits, ties even
+  return sign | static_cast<uint8_t>((((rounded >> 23) - 120) << 3) | ((rounded >> 20) & 0x7));
+}
+
 inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 // n contiguous elements of type t at p, as floats: one dtype switch per row.

@@ -4,8 +4,9 @@ type, how to allocate an output, how an array crosses, the stream a call runs on
 
 Functional ops take an optional ``out=`` and return it; in-place ops (``fused_add_rmsnorm``)
 overwrite their inputs and return None, as in ``xkernels.torch``. Attention ops take their outputs
-by keyword (``out=, lse=``) and return ``out`` or ``(out, lse)``; their float32 workspace, sized
-by the op's planner (cached per shapes), is allocated by the library per call.
+by keyword (``out=, lse=``) and return ``out`` or ``(out, lse)``, as do GEMM ops (``out=``;
+``quantize_fp8``: ``q=, scale=``); their float32 workspace, sized by the op's planner (cached per
+shapes), is allocated by the library per call.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from . import _attention_calls as ac
 from . import jit
-from .ops import OPS, Op, outputs_given
+from .ops import DTYPES, OPS, Op, outputs_given
 
 
 @dataclass
@@ -36,13 +37,16 @@ class Backend:
 
 
 def _head(op: Op) -> tuple[list[str], list[str], list[str]]:
-    """(input names, output names, the function's first lines: its signature, inputs type-checked)."""
+    """(input names, output names, the function's first lines: its signature, absent optional
+    inputs made empty arrays, inputs type-checked)."""
     ins = [x.name for x in op.inputs]
     outs = [o.name for o in op.outputs]
-    params = ", ".join(ins + [f"{a.name}={a.default!r}" for a in op.attrs] + ["*"]
-                       + [f"{o}=None" for o in outs])
-    lines = [f"def {op.name}({params}):"]
-    lines += [f"    if type({x}) is not _A: _check({op.name!r}, {x!r}, {x})" for x in ins]
+    def checked(optional):
+        return [f"    if type({x.name}) is not _A: _check({op.name!r}, {x.name!r}, {x.name})"
+                for x in op.inputs if x.optional == optional]
+
+    lines = [f"def {op.name}({ac.params(op)}):", *checked(False),
+             *ac.absent(op, "_empty((0,), _f32, {first})"), *checked(True)]
     return ins, outs, lines
 
 
@@ -81,7 +85,7 @@ def _attention_source(op: Op, b: Backend) -> str:
     lines += ac.encode(op)
     for o in op.outputs:
         lines += [f"    if {o.name} is None:",
-                  f"        {o.name} = _empty({ac.shape(op, o, f'{o.like}.shape')}, "
+                  f"        {o.name} = _empty({ac.shape(op, o)}, "
                   f"{ac.dtype(o, f'{o.like}.dtype')}, {o.like})",
                   "    else:",
                   f"        if type({o.name}) is not _A: _check({op.name!r}, {o.name!r}, {o.name})"]
@@ -112,6 +116,22 @@ def _doc(op: Op, b: Backend) -> str:
                         f"out: optional destination {b.array_name} (shape and dtype of the result).")
 
 
+def numpy_dtypes() -> tuple:
+    """ops.DTYPES as NumPy dtypes (bfloat16 and float8_e4m3fn: ml_dtypes'); where ml_dtypes is
+    missing, their names, which NumPy refuses when an output of that dtype is allocated."""
+    try:
+        import ml_dtypes  # noqa: F401 (registers its dtypes with NumPy by name)
+    except ImportError:
+        pass
+    dtypes = []
+    for name in DTYPES:
+        try:
+            dtypes.append(np.dtype(name))
+        except TypeError:
+            dtypes.append(name)
+    return tuple(dtypes)
+
+
 def generate(b: Backend) -> dict[str, Callable]:
     """The public functions of an adapter, one per op of the table."""
     def check(op, name, x):
@@ -126,7 +146,8 @@ def generate(b: Backend) -> dict[str, Callable]:
     env = {"_A": b.array, "_check": check, "_refuse": refuse, "_empty": b.empty, "_arg": b.arg,
            "_stream": b.stream, "_read_only": b.read_only, "_FN": jit.FUNCTIONS,
            "_outputs_given": functools.partial(outputs_given, b.module),
-           "_device_id": b.device_id, "_plan": jit.plan, "_f32": np.dtype(np.float32)}
+           "_device_id": b.device_id, "_plan": jit.plan, "_f32": np.dtype(np.float32),
+           "_DT": numpy_dtypes()}
     public = {}
     for op in OPS.values():
         env[f"_OP_{op.name}"] = op

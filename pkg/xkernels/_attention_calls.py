@@ -1,15 +1,33 @@
-"""What the adapters' generated code of attention-kind ops shares, framework-free: the pieces of
-source every adapter writes the same way (attribute encoding, output shapes and dtypes, the plan
+"""What the adapters' generated code of the ops of the general path (every kind but "rows":
+attention, GEMM) shares, framework-free: the pieces of source every adapter writes the same way
+(the signature, attribute encoding, absent optional inputs, output shapes and dtypes, the plan
 call, what a call returns) and their docstring lines. Row ops do not use this module.
 
 Generated code refers to `_ENC_<op>_<attr>` and `_OUT_<op>_<output>` (``Op.codegen_env``), to
-`_OP_<op>` (the Op), `_plan` (``jit.plan``) and `_f32` (the framework's float32), all of which the
-adapter puts in the code's environment.
+`_OP_<op>` (the Op), `_plan` (``jit.plan``), `_f32` (the framework's float32) and `_DT` (the
+framework's dtypes in the order of ``ops.DTYPES``), all of which the adapter puts in the code's
+environment.
 """
 
 from __future__ import annotations
 
-from .ops import Op, Output
+from .ops import DTYPES, Op, Output
+
+
+def params(op: Op, outputs: bool = True) -> str:
+    """The public function's parameters: the inputs (optional ones default to None), the
+    attributes with their defaults and, with `outputs`, the outputs by keyword."""
+    ps = [x.param for x in op.inputs] + [f"{a.name}={a.default!r}" for a in op.attrs]
+    return ", ".join(ps + (["*"] + [f"{o.name}=None" for o in op.outputs] if outputs else []))
+
+
+def absent(op: Op, empty: str, indent: str = "    ") -> list[str]:
+    """Lines giving each optional input that is None `empty` (an expression: the framework's
+    empty (0,) float32 tensor, where `{first}` stands for the first input), which the exported
+    function takes as absent."""
+    first = op.inputs[0].name
+    return [f"{indent}if {x.name} is None: {x.name} = {empty.format(first=first)}"
+            for x in op.inputs if x.optional]
 
 
 def encode(op: Op, indent: str = "    ") -> list[str]:
@@ -24,21 +42,29 @@ def attrs(op: Op) -> str:
     return _tuple([a.name for a in op.attrs])
 
 
-def shape(op: Op, o: Output, like_shape: str) -> str:
-    """The output's shape from its `like` input's shape (an expression): (0,) when it does not
-    exist (its `when` attribute is false)."""
-    s = f"_OUT_{op.name}_{o.name}({like_shape})"
+def shape(op: Op, o: Output) -> str:
+    """The output's shape (an expression): from its `like` input's shape, or from the inputs'
+    shapes and the (encoded) attributes it is shaped `of`; (0,) when it does not exist (its `when`
+    attribute is false)."""
+    inputs = {x.name for x in op.inputs}
+    args = [f"{n}.shape" if n in inputs else n for n in (o.of or (o.like,))]
+    s = f"_OUT_{op.name}_{o.name}({', '.join(args)})"
     return f"({s} if {o.when} else (0,))" if o.when else s
 
 
 def dtype(o: Output, like_dtype: str) -> str:
-    """The output's dtype: fixed (float32), else its `like` input's; float32 when it does not
+    """The output's dtype (an expression): fixed (float32: `_f32`; others from `_DT`), named by a
+    DType attribute (-1: the `like` input's), else its `like` input's; float32 when it does not
     exist."""
-    if o.dtype not in (None, "float32"):
-        raise NotImplementedError(f"output {o.name}: dtype {o.dtype!r}")
-    if o.dtype == "float32":
+    if o.dtype_from is not None:
+        d = f"(_DT[{o.dtype_from}] if {o.dtype_from} >= 0 else {like_dtype})"
+    elif o.dtype == "float32":
         return "_f32"
-    return f"({like_dtype} if {o.when} else _f32)" if o.when else like_dtype
+    elif o.dtype is not None:
+        d = f"_DT[{DTYPES.index(o.dtype)}]"  # {o.dtype}
+    else:
+        d = like_dtype
+    return f"({d} if {o.when} else _f32)" if o.when else d
 
 
 def plan(op: Op, device_id: str) -> str:

@@ -1,7 +1,8 @@
 """The compiled modules: one shared library per kernel family.
 
 Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`) plus the
-host implementations (`bindings/host/ops.cc`, plain C++), linked into `<name>.so`.
+host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`: plain C++), linked into
+`<name>.so`.
 """
 
 from __future__ import annotations
@@ -26,5 +27,6 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("norm", ("bindings/norm.cu",), _HOST),
         ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
         ModuleSpec("attention", ("bindings/attention.cu",), ("bindings/host/attention.cc",)),
+        ModuleSpec("gemm", ("bindings/gemm.cu",), ("bindings/host/gemm.cc",)),
     )
 }

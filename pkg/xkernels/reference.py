@@ -253,3 +253,85 @@ def merge_states(v, s, *, xp=NUMPY_OPS):
 def merge_state(v_a, s_a, v_b, s_b, *, xp=NUMPY_OPS):
     """Two states (v [..., H, D], s [..., H]) of disjoint key sets -> (out, lse) of the union."""
     return merge_states(xp.stack([v_a, v_b], -3), xp.stack([s_a, s_b], -2), xp=xp)
+
+
+# ----------------------------------------------------------------------------------------------
+# GEMM (gemm/params.h's semantics): inputs are float64 arrays of the values the operands hold (for
+# gemm_fp8, e4m3 values and float32 scales, all exact in float64); a's leading dimensions are rows.
+
+
+def gemm(a, b, bias=None, out_dtype=None, b_layout="NK", num_splits=0, kernel="auto"):
+    """a [..., k] @ b^T for b [n, k] ("NK"), or a @ b for b [k, n] ("KN"), + bias [n]."""
+    out = a @ (b if b_layout == "KN" else b.T)
+    return out if bias is None else out + bias
+
+
+def _scales(s, rows: int, k: int, rows_per_block: int):
+    """An operand's scales as a [rows, k] array, by their shape: one element per tensor; one per
+    row (1-D or a trailing 1); otherwise per block of rows_per_block rows (a: 1, b: 128) x 128
+    values of k, the scale matrix's rows then its columns. (Where a shape reads several ways, m = 1
+    or k <= 128, the readings agree.)"""
+    s = np.asarray(s, np.float64)
+    if s.size == 1:
+        return np.full((rows, k), s.reshape(()).item())
+    if s.size == rows and (s.ndim == 1 or s.shape[-1] == 1):
+        return np.repeat(s.reshape(-1, 1), k, axis=1)
+    blocks = s.reshape(-1, s.shape[-1])
+    return np.repeat(np.repeat(blocks, rows_per_block, axis=0)[:rows], 128, axis=1)[:, :k]
+
+
+def gemm_fp8(a, b, a_scale, b_scale, bias=None, out_dtype="bfloat16", num_splits=0,
+             kernel="auto"):
+    """(a * a_scale) @ (b * b_scale)^T + bias for a [..., k] and b [n, k]; the scales per tensor,
+    per row, or per block (a: 1 x 128, b: 128 x 128), told apart by their shapes."""
+    k, n = a.shape[-1], b.shape[0]
+    a2 = a.reshape(-1, k)
+    out = (a2 * _scales(a_scale, a2.shape[0], k, 1)) @ (b * _scales(b_scale, n, k, 128)).T
+    out = out.reshape(*a.shape[:-1], n)
+    return out if bias is None else out + bias
+
+
+E4M3_MAX = 448.0
+
+
+def quantize_fp8(x, granularity="row"):
+    """(q, scale) of x [..., cols] as params.h specifies them, exactly: scale = amax / 448 over
+    each group, rounded to float32 (1 for a group of zeros, or where that underflows to 0); q = x /
+    scale rounded to float32 (the quotient a float32 division gives: float64 then float32 rounds
+    once, correctly), then to the nearest e4m3 (ties to even), saturating at +-448. Groups: the
+    tensor, each row, each 1 x 128 block of a row, each 128 x 128 block (x 2-D). q as float64
+    (e4m3 values), scale float64 (float32 values) of quantize_fp8's shapes."""
+    import ml_dtypes
+
+    x = np.asarray(x, np.float64)
+    cols = x.shape[-1]
+    nb = -(-cols // 128)
+
+    def scale_of(amax):  # 1 for a group of zeros, or where amax / 448 underflows
+        s = (amax / E4M3_MAX).astype(np.float32)
+        return np.where(s > 0, s, np.float32(1.0))
+
+    ax = np.abs(x)
+    if granularity == "tensor":
+        scale = scale_of(np.array([ax.max() if ax.size else 0.0]))
+        per = np.broadcast_to(scale.reshape(()), x.shape)
+    elif granularity == "row":
+        scale = scale_of(ax.max(axis=-1, keepdims=True) if cols else np.zeros((*x.shape[:-1], 1)))
+        per = np.broadcast_to(scale, x.shape)
+    elif granularity == "block":
+        pad = np.zeros((*x.shape[:-1], nb * 128))
+        pad[..., :cols] = ax
+        scale = scale_of(pad.reshape(*x.shape[:-1], nb, 128).max(axis=-1, initial=0.0))
+        per = np.repeat(scale, 128, axis=-1)[..., :cols]
+    elif granularity == "block2d":
+        rows = x.shape[0]
+        rb = -(-rows // 128)
+        pad = np.zeros((rb * 128, nb * 128))
+        pad[:rows, :cols] = ax
+        scale = scale_of(pad.reshape(rb, 128, nb, 128).max(axis=(1, 3), initial=0.0))
+        per = np.repeat(np.repeat(scale, 128, axis=0), 128, axis=1)[:rows, :cols]
+    else:
+        raise ValueError(f"granularity must be tensor, row, block or block2d, got {granularity!r}")
+    quotient = np.clip((x / per).astype(np.float32), -E4M3_MAX, E4M3_MAX)
+    q = quotient.astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    return q, scale.astype(np.float64)

@@ -1,0 +1,249 @@
+// Host GEMM and e4m3 quantisation (gemm/params.h): plain C++, float arithmetic.
+//
+// Gemm converts b once to a float matrix [n][k] (b [k, n] transposed; e4m3 values times their
+// scales), then computes output tiles of up to kTileRows rows x kTileCols columns: the tile's rows
+// of a are converted (and scaled) to floats, and the dot products of each column run kRows rows at
+// a time over kLanes partial sums per row (a fixed trip count, which GCC vectorizes at -O2; the
+// partial sums added pairwise at the end), so that every value of b loaded serves kRows rows and
+// the tile's rows of the float b stay in cache. A row's result depends neither on the rows it is
+// computed with nor on the thread: large calls spread the tiles over std::threads.
+#include "host/gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "host/convert.h"
+
+namespace xkernels::host {
+namespace {
+
+using gemm::BLayout;
+using gemm::Elem;
+using gemm::Granularity;
+using gemm::Params;
+using gemm::QuantParams;
+using gemm::Scale;
+
+constexpr int64_t kRows = 4;         // rows per dot-product block: kRows x kLanes partial sums
+constexpr int64_t kTileRows = 32;    // rows of a converted at a time
+constexpr int64_t kTileCols = 64;    // columns of out (rows of the float b) per tile
+constexpr double kThreadWork = 1e7;  // multiply-adds from which a call uses threads
+constexpr int64_t kBlock = gemm::kScaleBlock;
+
+int64_t ElemSize(Elem t) { return t == Elem::kF32 ? 4 : t == Elem::kE4M3 ? 1 : 2; }
+
+DType HostType(Elem t) {
+  return t == Elem::kF16 ? DType::kF16 : t == Elem::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+const char* At(const void* base, Elem t, int64_t row, int64_t ld, int64_t col = 0) {
+  return static_cast<const char*>(base) + (row * ld + col) * ElemSize(t);
+}
+
+// n contiguous elements of type t at p, as floats.
+void Load(const char* p, Elem t, int64_t n, float* __restrict dst) {
+  if (t == Elem::kE4M3) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(p);
+    for (int64_t i = 0; i < n; ++i) dst[i] = E4M3ToFloat(q[i]);
+    return;
+  }
+  LoadFloats(p, HostType(t), n, dst);
+}
+
+// Multiplies v[0, k), row `row` of an e4m3 operand, by its scales: one per tensor, one per row, or
+// one per 128 values of k from row `block_row` of the scale matrix (a: the row; b: row / 128).
+void ApplyScales(float* __restrict v, int64_t k, const float* s, Scale kind, int64_t ld,
+                 int64_t row, int64_t block_row) {
+  if (kind == Scale::kNone) return;
+  for (int64_t c0 = 0; c0 < k; c0 += kBlock) {
+    const float f = kind == Scale::kTensor ? s[0]
+                    : kind == Scale::kRow  ? s[row]
+                                           : s[block_row * ld + c0 / kBlock];
+    const int64_t c1 = std::min(k, c0 + kBlock);
+    for (int64_t c = c0; c < c1; ++c) v[c] *= f;
+  }
+}
+
+// out[r] = sum_c a[r * lda + c] * b[c] for r < R: kLanes partial sums per row, added pairwise.
+template <int64_t R>
+inline void Dots(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t k,
+                 float* __restrict out) {
+  float acc[R][kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= k; c += kLanes) {
+    for (int64_t r = 0; r < R; ++r) {
+#pragma GCC unroll 16  // kLanes
+      for (int64_t j = 0; j < kLanes; ++j) acc[r][j] += a[r * lda + c + j] * b[c + j];
+    }
+  }
+  for (int64_t j = 0; c < k; ++c, ++j)
+    for (int64_t r = 0; r < R; ++r) acc[r][j] += a[r * lda + c] * b[c];
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t w = kLanes / 2; w > 0; w /= 2)
+      for (int64_t j = 0; j < w; ++j) acc[r][j] += acc[r][j + w];
+    out[r] = acc[r][0];
+  }
+}
+
+struct Scratch {
+  std::vector<float> a;    // (kTileRows, k): the tile's rows of a, as scaled floats
+  std::vector<float> out;  // (kTileRows, kTileCols): its dot products
+};
+
+// The output tile of rows [r0, r0 + kTileRows) and columns [c0, c0 + kTileCols), clipped.
+void Tile(const Params& p, const float* bt, const float* bias, int64_t r0, int64_t c0, Scratch& w) {
+  const int64_t k = p.k, rows = std::min<int64_t>(kTileRows, p.m - r0);
+  const int64_t cols = std::min<int64_t>(kTileCols, p.n - c0);
+  float* __restrict af = w.a.data();
+  float* __restrict res = w.out.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    Load(At(p.a, p.in_type, r0 + r, p.lda), p.in_type, k, af + r * k);
+    ApplyScales(af + r * k, k, p.a_scale, p.a_scale_kind, p.a_scale_ld, r0 + r, r0 + r);
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    const float* bj = bt + (c0 + j) * k;
+    float dots[kRows];
+    int64_t r = 0;
+    for (; r + kRows <= rows; r += kRows) {
+      Dots<kRows>(af + r * k, k, bj, k, dots);
+      for (int64_t i = 0; i < kRows; ++i) res[(r + i) * kTileCols + j] = dots[i];
+    }
+    for (; r < rows; ++r) {
+      Dots<1>(af + r * k, k, bj, k, dots);
+      res[r * kTileCols + j] = dots[0];
+    }
+  }
+  const int64_t osize = ElemSize(p.out_type);
+  for (int64_t r = 0; r < rows; ++r) {
+    char* dst = static_cast<char*>(p.out) + ((r0 + r) * p.ldc + c0) * osize;
+    const float* v = res + r * kTileCols;
+    StoreFloats(dst, HostType(p.out_type), cols,
+                [v, bias, c0](int64_t i) { return v[i] + bias[c0 + i]; });
+  }
+}
+
+}  // namespace
+
+XK_HOST_CLONES
+void Gemm(const Params& p) {
+  const int64_t m = p.m, n = p.n, k = p.k;
+  if (m <= 0 || n <= 0) return;
+  const Elem in = p.in_type;
+  // b as floats [n][k], scaled: one conversion, which every row of a then reads.
+  std::vector<float> bt(n * k);
+  if (p.b_layout == BLayout::kNK) {
+    for (int64_t j = 0; j < n; ++j) {
+      float* row = bt.data() + j * k;
+      Load(At(p.b, in, j, p.ldb), in, k, row);
+      ApplyScales(row, k, p.b_scale, p.b_scale_kind, p.b_scale_ld, j, j / kBlock);
+    }
+  } else {  // b [k, n] (16-bit only, no scales): row c of b is column c of the float b
+    std::vector<float> row(n);
+    for (int64_t c = 0; c < k; ++c) {
+      Load(At(p.b, in, c, p.ldb), in, n, row.data());
+      for (int64_t j = 0; j < n; ++j) bt[j * k + c] = row[j];
+    }
+  }
+  std::vector<float> bias(n, 0.f);
+  if (p.bias != nullptr) Load(static_cast<const char*>(p.bias), p.bias_type, n, bias.data());
+
+  const int64_t tiles_n = (n + kTileCols - 1) / kTileCols;
+  const int64_t tiles = (m + kTileRows - 1) / kTileRows * tiles_n;
+  int64_t workers = 1;
+  if (static_cast<double>(m) * n * k > kThreadWork) {
+    workers = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), tiles);
+  }
+  // Buffers of every worker, allocated here so that running out of memory throws to the caller.
+  std::vector<Scratch> scratch(workers);
+  for (Scratch& w : scratch) w.a.resize(kTileRows * k), w.out.resize(kTileRows * kTileCols);
+  std::atomic<int64_t> next{0};
+  auto work_loop = [&](Scratch* w) {
+    for (int64_t t = next++; t < tiles; t = next++) {
+      Tile(p, bt.data(), bias.data(), t / tiles_n * kTileRows, t % tiles_n * kTileCols, *w);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t i = 1; i < workers; ++i) {
+    try {
+      threads.emplace_back(work_loop, &scratch[i]);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the others take the remaining tiles
+    }
+  }
+  work_loop(&scratch[0]);
+  for (std::thread& t : threads) t.join();
+}
+
+XK_HOST_CLONES
+void QuantizeFp8(const QuantParams& p) {
+  const int64_t rows = p.rows, cols = p.cols;
+  const Elem xt = p.x_type;
+  std::vector<float> x(cols);
+  float* __restrict v = x.data();
+  auto load = [&](int64_t r) { Load(At(p.x, xt, r, p.ldx), xt, cols, v); };
+  auto amax = [v](int64_t c0, int64_t c1) {  // NaNs are passed over
+    float mx = 0.f;
+    for (int64_t c = c0; c < c1; ++c) mx = std::max(mx, std::fabs(v[c]));
+    return mx;
+  };
+  auto scale_of = [](float mx) {  // 1 for a group of zeros, or where amax / 448 underflows
+    const float s = mx / gemm::kE4M3Max;
+    return s > 0.f ? s : 1.f;
+  };
+  auto store = [&](int64_t r, int64_t c0, int64_t c1, float s) {
+    uint8_t* q = static_cast<uint8_t*>(p.q) + r * p.ldq;
+    for (int64_t c = c0; c < c1; ++c) q[c] = FloatToE4M3(v[c] / s);
+  };
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  switch (p.granularity) {
+    case Granularity::kTensor: {
+      float mx = 0.f;
+      for (int64_t r = 0; r < rows; ++r) load(r), mx = std::max(mx, amax(0, cols));
+      const float s = p.scale[0] = scale_of(mx);
+      for (int64_t r = 0; r < rows; ++r) load(r), store(r, 0, cols, s);
+      return;
+    }
+    case Granularity::kRow:
+      for (int64_t r = 0; r < rows; ++r) {
+        load(r);
+        store(r, 0, cols, p.scale[r] = scale_of(amax(0, cols)));
+      }
+      return;
+    case Granularity::kBlock:
+      for (int64_t r = 0; r < rows; ++r) {
+        load(r);
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t c0 = b * kBlock, c1 = std::min(cols, c0 + kBlock);
+          store(r, c0, c1, p.scale[r * p.scale_ld + b] = scale_of(amax(c0, c1)));
+        }
+      }
+      return;
+    case Granularity::kBlock2d: {
+      std::vector<float> mx(blocks);
+      for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+        const int64_t r1 = std::min(rows, r0 + kBlock);
+        float* s = p.scale + r0 / kBlock * p.scale_ld;
+        std::fill(mx.begin(), mx.end(), 0.f);
+        for (int64_t r = r0; r < r1; ++r) {
+          load(r);
+          for (int64_t b = 0; b < blocks; ++b)
+            mx[b] = std::max(mx[b], amax(b * kBlock, std::min(cols, b * kBlock + kBlock)));
+        }
+        for (int64_t b = 0; b < blocks; ++b) s[b] = scale_of(mx[b]);
+        for (int64_t r = r0; r < r1; ++r) {
+          load(r);
+          for (int64_t b = 0; b < blocks; ++b)
+            store(r, b * kBlock, std::min(cols, b * kBlock + kBlock), s[b]);
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace xkernels::host
