@@ -6,11 +6,13 @@ stand-ins with the signatures of FlashInfer 0.5.3 and Liger 0.8.5 (on CPU tensor
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import math
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -437,7 +439,7 @@ def test_cli_bad_arguments(capsys):
     assert e.value.code == 2
     assert bench.main(["--family", "norm", "--framework", "jax"]) == 2
     with pytest.raises(SystemExit):
-        bench.main(["--family", "gemm"])
+        bench.main(["--family", "conv"])
     capsys.readouterr()
 
 
@@ -897,5 +899,440 @@ def test_cli_attention_xkernels_wrong_is_an_error(monkeypatch, capsys):
 
     monkeypatch.setattr(xt, "attention", wrong)
     assert bench.main(["--quick", "--family", "attention", "--impls", "xkernels"]) == 1
+    out = capsys.readouterr().out
+    assert "xkernels FAILED" in out and "CHECK FAILED" in out
+
+
+# ------------------------------------------------------------------------------ --family gemm
+
+GEMM_KEYS = REQUIRED | {"case", "kind", "m", "k", "out_dtype", "check", "calls"}
+
+
+def test_gemm_accounting():
+    """FLOPs and bytes as shared/reference/anchors.md counts them: its (ms, TFLOP/s) pairs."""
+    from xkernels import bench_gemm as bg
+
+    for (m, n, k, dt, sc), ms, tf in [
+            ((8192, 8192, 8192, "fp16", None), 1.5214, 722.7),
+            ((8192, 8192, 8192, "bf16", None), 1.6233, 677.3),
+            ((8192, 8192, 8192, "e4m3", "tensor"), 0.8005, 1373.5),
+            ((8192, 8192, 8192, "e4m3", "row"), 0.8871, 1239.4),
+            ((16384, 8192, 2048, "fp16", None), 0.8835, 622.2),
+            ((4096, 4096, 4096, "bf16", None), 0.1836, 748.6)]:
+        c = bg.gemm(m, n, k, dt, sc)
+        assert bg.flops(c) == 2 * m * n * k
+        assert bg.tflops(bg.flops(c), ms) == pytest.approx(tf, abs=0.1), c.label
+    dec = bg.gemm(16, 8192, 28672, "bf16")
+    assert dec.decode and dec.params()["kind"] == "decode"
+    assert bg.bytes_moved(dec) == (16 + 8192) * 28672 * 2 + 16 * 8192 * 2
+    fp8 = bg.gemm(1, 8192, 8192, "e4m3", "row")
+    assert fp8.out_dtype == "bf16" and bg.bytes_moved(fp8) == (1 + 8192) * 8192 + 8192 * 2
+    assert not bg.gemm(128, 8192, 8192, "bf16").decode
+    n = 8192 * 8192
+    for g, scales in [("tensor", 1), ("row", 8192), ("block", 8192 * 64), ("block2d", 64 * 64)]:
+        q = bg.quantize(8192, 8192, g)
+        assert bg.bytes_moved(q) == 3 * n + 4 * scales and bg.flops(q) == 0
+        assert bg.tflops(bg.flops(q), 0.07) is None
+    assert bg.tflops(1, None) is None and bg.tflops(1, 0.0) is None
+    assert bg.set_bytes(bg.gemm(8192, 8192, 8192, "bf16")) == 2 * 8192 * 8192 * 2
+    l2 = 50 << 20  # every GPU case rotates >= 3 sets, inputs >= 3x the L2
+    for c in bg.select_cases():
+        sets = bench.n_sets(bg.set_bytes(c), l2, free_bytes=80 << 30)
+        assert sets >= 3 and sets * bg.set_bytes(c) >= 3 * l2, c.label
+
+
+def test_gemm_cases():
+    from xkernels import bench_gemm as bg
+
+    full = bg.select_cases()
+    labels = [c.label for c in full]
+    assert len(full) == 7 + 12 + 8 and len(set(labels)) == len(full)
+    for name in ("bfloat16 mm 8192x8192x8192", "float16 mm 8192x8192x8192",  # anchors.md's names
+                 "float16 mm 4096x4096x4096", "float16 mm 16384x8192x2048",
+                 "fp8e4m3 mm 8192x8192x8192 per-tensor", "fp8e4m3 mm 8192x8192x8192 rowwise",
+                 "fp8e4m3 mm 8192x8192x8192 blockwise"):
+        assert name in labels
+    assert [c.label for c in full if c.sm80] == ["bfloat16 mm 8192x8192x8192"]
+    decode = [c for c in full if c.decode]
+    assert {(c.m, c.n, c.k, c.dtype, c.scaling) for c in decode} == {
+        (m, 8192, k, dt, sc) for m in (1, 16, 64) for k in (8192, 28672)
+        for dt, sc in (("bf16", None), ("e4m3", "row"))}
+    quant = [c for c in full if c.kind == "quantize"]
+    assert {(c.m, c.k, c.scaling) for c in quant} == {
+        (m, 8192, g) for m in (8192, 16) for g in bg.GRANULARITIES}
+    assert all(c.op == "quantize_fp8" and c.dtype == "bf16" for c in quant)
+    assert {c.op for c in full if c.kind == "gemm"} == {"gemm", "gemm_fp8"}
+    quick = bg.select_cases(quick=True)
+    assert {c.kind for c in quick} == {"gemm", "quantize"} and any(c.decode for c in quick)
+    assert all(c in full for c in quick)
+    host = bg.select_cases(gpu=False)
+    assert all(max(c.m, c.n, c.k) <= 512 for c in host) and len(bg.select_cases(True, False)) == 3
+    assert {c.scaling for c in host if c.kind == "quantize"} == set(bg.GRANULARITIES)
+    assert bg.scale_shape("tensor", 40, 300) == (1,)
+    assert bg.scale_shape("row", 40, 300) == (40, 1)
+    assert bg.scale_shape("block", 40, 300) == (40, 3)
+    assert bg.scale_shape("block2d", 200, 300) == (2, 3)
+    sel = bg.selection(bg.gemm(8192, 8, 8, "bf16"))
+    assert sel[:16] == list(range(16)) and sel[-16:] == list(range(8176, 8192)) and len(sel) == 48
+    assert bg.selection(bg.gemm(16, 8, 8, "bf16")) == list(range(16))
+
+
+def _gemm_ctx(groups, peers=None, compile_timeout=None):
+    return bench.Context(gpu=False, dtype_name="bf16", quick=True, groups=set(groups),
+                         peers=peers or {}, copy_gbps=100.0, date="2026-01-01",
+                         versions={"xkernels": "0"}, compile_timeout=compile_timeout)
+
+
+def _spread(m, k, zero_block=True, seed=0):
+    """bf16 [m, k], rows of magnitudes 2^-8..2^8, the first 128 x 128 block zero."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-8, 9, (m, 1), generator=g))
+    if zero_block:
+        x[:128, :128] = 0
+    return x.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", "block", "block2d"])
+def test_gemm_quantize_composite_and_check(granularity):
+    """The torch composite quantises as params.h says (x / scale rounded to float32, then to
+    e4m3; scale amax / 448, 1 for zeros): its q equals the float64 reference's to the bit, and the
+    check passes it; wrong scales, zeroed rows, unwritten outputs and shapes fail."""
+    from xkernels import bench_gemm as bg
+
+    case = bg.quantize(200, 384, granularity)  # a partial 128-row tile
+    x = _spread(200, 384)
+    q, s = bg.quantize_torch(x, granularity)
+    assert q.dtype == torch.float8_e4m3fn and tuple(s.shape) == bg.scale_shape(granularity, 200, 384)
+    sel = bg.selection(case)
+    ref = bg.reference(case, {"x": x}, sel)
+    assert bg.check(case, (q, s), sel, ref) is None
+    want = ref[1] / bg.expand_scale(ref[0], granularity, 200, 384, sel)
+    assert torch.equal(q[sel].double(), want)  # the e4m3 values themselves
+    if granularity in ("block", "block2d"):
+        assert s.reshape(-1)[0] == 1.0  # the zero block
+    assert "scale: relative error" in bg.check(case, (q, s * 1.01), sel, ref)
+    bad = q.clone()
+    bad[sel[int(ref[1].abs().sum(1).argmax())]] = 0  # the largest checked row
+    assert "q: relative error" in bg.check(case, (bad, s), sel, ref)
+    assert "non-finite" in bg.check(case, (torch.full_like(q, float("nan")), s), sel, ref)
+    assert "scale" in bg.check(case, (q, s.reshape(-1)[:1] if s.numel() > 1 else s.repeat(2)),
+                               sel, ref)
+    assert "expected (q, scale)" in bg.check(case, q, sel, ref)
+
+
+@pytest.mark.parametrize("dtype,scaling", [("bf16", None), ("fp16", None), ("e4m3", "tensor"),
+                                           ("e4m3", "row"), ("e4m3", "block")])
+def test_gemm_inputs_reference_and_check(dtype, scaling):
+    """The float64 reference from the dequantised operands (a block scales 1 x 128, b 128 x 128)
+    against a float32 product of the same; a wrong column or a NaN fails."""
+    from xkernels import bench_gemm as bg
+
+    case = bg.gemm(96, 256, 384, dtype, scaling)
+    s = bg.make_set(case, _gemm_ctx(()))
+    assert s["out"].dtype == (torch.float16 if dtype == "fp16" else torch.bfloat16)
+    a, b = s["a"].float(), s["b"].float()
+    if dtype == "e4m3":
+        ga, gb = bg.OPERAND_SCALES[scaling]
+        assert a.dtype == torch.float32 and s["a"].dtype == torch.float8_e4m3fn
+        assert tuple(s["a_scale"].shape) == bg.scale_shape(ga, 96, 384)
+        assert tuple(s["b_scale"].shape) == bg.scale_shape(gb, 256, 384)
+        a = a * bg.expand_scale(s["a_scale"], ga, 96, 384)
+        b = b * bg.expand_scale(s["b_scale"], gb, 256, 384)
+    got = (a @ b.t()).to(s["out"].dtype)
+    sel = bg.selection(case)
+    ref = bg.reference(case, s, sel)
+    assert ref.shape == (len(sel), 256)
+    assert bg.check(case, got, sel, ref) is None
+    wrong = got.clone()
+    wrong[:, 3] += 50
+    assert "relative error" in bg.check(case, wrong, sel, ref)
+    assert "non-finite" in bg.check(case, torch.full_like(got, float("nan")), sel, ref)
+    assert "shape" in bg.check(case, got[:, :8], sel, ref)
+    poisoned = bg.check_set(case, s)
+    assert poisoned["out"].isnan().all() and poisoned["a"] is s["a"]
+
+
+def _fake_xkernels_gemm(monkeypatch, quantize_out=True):
+    """xkernels.torch.gemm, gemm_fp8 and quantize_fp8 with the op table's signatures, in float32
+    on the host (the harness is under test, not the kernels)."""
+    import xkernels.torch as xt
+    from xkernels import bench_gemm as bg
+
+    calls = []
+
+    def gran(scale, rows, cols, second):
+        if scale.numel() == 1:
+            return "tensor"
+        if tuple(scale.shape) == (rows, 1):
+            return "row"
+        return "block2d" if second else "block"
+
+    def gemm(a, b, bias=None, out_dtype=None, b_layout="NK", num_splits=0, kernel="auto", *,
+             out=None):
+        calls.append(("gemm", kernel))
+        y = (a.float() @ b.float().t()).to(a.dtype)
+        return y if out is None else out.copy_(y)
+
+    def gemm_fp8(a, b, a_scale, b_scale, bias=None, out_dtype="bfloat16", num_splits=0,
+                 kernel="auto", *, out=None):
+        calls.append(("gemm_fp8", kernel))
+        (m, k), n = a.shape, b.shape[0]
+        ad = a.float() * bg.expand_scale(a_scale, gran(a_scale, m, k, False), m, k)
+        bd = b.float() * bg.expand_scale(b_scale, gran(b_scale, n, k, True), n, k)
+        y = (ad @ bd.t()).to(torch.bfloat16)
+        return y if out is None else out.copy_(y)
+
+    def quantize_fp8(x, granularity="row", *, q=None, scale=None):
+        calls.append(("quantize_fp8", q is not None))
+        qq, s = bg.quantize_torch(x, granularity)
+        if q is None:
+            return qq, s
+        q.copy_(qq)
+        scale.copy_(s.reshape(scale.shape))
+        return q, scale
+
+    def quantize_fp8_alloc(x, granularity="row"):
+        return quantize_fp8(x, granularity)
+
+    monkeypatch.setattr(xt, "gemm", gemm, raising=False)
+    monkeypatch.setattr(xt, "gemm_fp8", gemm_fp8, raising=False)
+    monkeypatch.setattr(xt, "quantize_fp8", quantize_fp8 if quantize_out else quantize_fp8_alloc,
+                        raising=False)
+    return calls
+
+
+def test_gemm_host_glue(monkeypatch):
+    """Every host case through run_case with stand-ins for the xkernels ops: rows, fields, checks,
+    the figures from the time; quantize_fp8 without q=/scale= falls back to the allocating call."""
+    from xkernels import bench_gemm as bg
+
+    calls = _fake_xkernels_gemm(monkeypatch)
+    ctx = _gemm_ctx(("xkernels", "torch"))
+    rows = []
+    for case in bg.select_cases(gpu=False):
+        bg.run_case(case, ctx, rows.append)
+    assert not ctx.xkernels_failed
+    by = {(r["case"], r["impl"]): r for r in rows}
+    assert {i for c, i in by if c == "bfloat16 mm 96x256x384"} == {"xkernels", "torch.matmul",
+                                                                 "torch F.linear"}
+    assert {i for c, i in by if c == "fp8e4m3 mm 96x256x384 rowwise"} == {"xkernels"}  # CUDA peers
+    assert {i for c, i in by if c == "quantize bf16 40x384 block2d"} == {"xkernels", "torch"}
+    for r in rows:
+        assert GEMM_KEYS <= r.keys(), r.keys()
+        assert r["check"] == "ok" and r["ms"] > 0 and r["family"] == "gemm", r
+        c = next(c for c in bg.select_cases(gpu=False) if c.label == r["case"])
+        assert r["shape"] == list(c.shape) and r["op"] == c.op and r["dtype"] == c.dtype
+        if c.kind == "quantize":
+            assert r["tflops"] is None and r["scaling"] == c.scaling
+            assert r["gbps"] == pytest.approx(bg.bytes_moved(c) / r["ms"] / 1e6)
+        else:
+            assert r["tflops"] == pytest.approx(bg.flops(c) / r["ms"] / 1e9)
+            assert (r["gbps"] is None) == (not c.decode)
+        if r["impl"] == "xkernels" and c.kind == "gemm":
+            assert r["kernel"] == "auto"
+    assert ("quantize_fp8", True) in calls and ("gemm", "auto") in calls
+    assert "q=, scale=" in by[("quantize bf16 40x384 row", "xkernels")]["note"]
+
+    _fake_xkernels_gemm(monkeypatch, quantize_out=False)
+    rows = []
+    bg.run_case(bg.quantize(40, 384, "row"), ctx, rows.append)
+    (x,) = [r for r in rows if r["impl"] == "xkernels"]
+    assert x["check"] == "ok" and "allocates q and scale" in x["note"]
+    assert "TypeError" in x["note"]  # the q=, scale= call, noted
+
+
+def _fake_scaled_mm(log):
+    """torch._scaled_mm as bench_gemm calls it, refusing what PyTorch's CUDA implementation
+    refuses (aten/src/ATen/native/cuda/ScaledBlas.cpp): mat2 column-major; per-tensor scales of
+    one element; row-wise (M, 1) and (1, N), contiguous; 1x128 scales of a outer-dim-major
+    (strides (1, M)), 128x128 scales of b given as the transpose of a row-major (N/128, K/128);
+    no fast accumulation with block scales."""
+    def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                  use_fast_accum=False):
+        (m, k), n = a.shape, b.shape[1]
+        assert a.stride(1) == 1 and b.stride(0) == 1, "row-major x column-major only"
+        kb, nb = -(-k // 128), -(-n // 128)
+        sbt = scale_b.t()
+        if scale_a.numel() == 1 and scale_b.numel() == 1:
+            kind, ga, gb = "tensor", "tensor", "tensor"
+        elif tuple(scale_a.shape) == (m, 1) and tuple(sbt.shape) == (n, 1):
+            assert scale_a.is_contiguous() and sbt.is_contiguous()
+            kind, ga, gb = "row", "row", "row"
+        else:
+            assert tuple(scale_a.shape) == (m, kb) and scale_a.stride() == (1, m), scale_a.stride()
+            assert tuple(sbt.shape) == (nb, kb) and sbt.stride() == (kb, 1), sbt.stride()
+            assert not use_fast_accum, "scaled_gemm doesn't support fast accum with blocks"
+            kind, ga, gb = "block", "block", "block2d"
+        log.append(("scaled_mm", kind, use_fast_accum))
+        from xkernels import bench_gemm as bg
+
+        ad = a.float() * bg.expand_scale(scale_a.contiguous(), ga, m, k)
+        bd = b.t().float() * bg.expand_scale(sbt.contiguous(), gb, n, k)
+        return (ad @ bd.t()).to(out_dtype)
+
+    return scaled_mm
+
+
+def _fake_flashinfer_gemm(log, blockscale=True):
+    """FlashInfer's bmm_fp8 (0.5.3) and fp8_blockscale_gemm_sm90 (0.6.0), with their checks."""
+    from xkernels import bench_gemm as bg
+
+    def bmm_fp8(A, B, A_scale, B_scale, dtype, out=None, backend="cublas"):
+        assert A.ndim == B.ndim == 3 and B.stride(-2) == 1, "B column-major [b, k, n]"
+        assert A_scale.numel() == B_scale.numel() == 1 and backend in ("cublas", "cudnn")
+        log.append(("bmm_fp8", backend))
+        y = (A[0].float() @ B[0].float() * A_scale * B_scale).to(dtype).unsqueeze(0)
+        return y if out is None else out.copy_(y)
+
+    def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None,
+                                 out_dtype=None):
+        (m, k), n = input.shape, weight.shape[0]
+        assert tuple(input_scale.shape) == (m, k // 128)
+        assert tuple(weight_scale.shape) == (-(-n // 128), k // 128) and n % 64 == 0
+        log.append(("blockscale",))
+        ad = input.float() * bg.expand_scale(input_scale, "block", m, k)
+        bd = weight.float() * bg.expand_scale(weight_scale, "block2d", n, k)
+        y = (ad @ bd.t()).to(torch.bfloat16)
+        return y if out is None else out.copy_(y)
+
+    gemm = types.SimpleNamespace(fp8_blockscale_gemm_sm90=fp8_blockscale_gemm_sm90)
+    return types.SimpleNamespace(bmm_fp8=bmm_fp8, **({"gemm": gemm} if blockscale else {}))
+
+
+def test_gemm_cuda_peer_glue_on_stand_ins(monkeypatch, capsys):
+    """The CUDA-only peers' calls (torch._scaled_mm's scale layouts, FlashInfer's bmm_fp8 and
+    block-scale GEMM) run against stand-ins that refuse what the real ones refuse, and pass their
+    checks; the rows carry their accumulation."""
+    from xkernels import bench_gemm as bg
+
+    log = []
+    monkeypatch.setattr(torch, "_scaled_mm", _fake_scaled_mm(log))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "cudnn" else _find_spec(name, *a))
+    fi = _fake_flashinfer_gemm(log)
+    ctx = _gemm_ctx(("torch", "flashinfer"))
+    names = {}
+    for scaling in ("tensor", "row", "block"):
+        case = bg.gemm(96, 256, 384, "e4m3", scaling)
+        sets = [bg.make_set(case, ctx)]
+        sel = bg.selection(case)
+        ref = bg.reference(case, sets[0], sel)
+        impls = bg._torch_impls(case, gpu=True) + bg._flashinfer_impls(case, fi)
+        for impl in impls:
+            r, _ = bg.prepare(impl, case, sets, bg.check_set(case, sets[0]), sel, ref, ctx)
+            assert isinstance(r, bench._Timed) and r.check == "ok", (impl.name, r)
+            names[(scaling, impl.name)] = impl.accum
+    assert names == {
+        ("tensor", "torch._scaled_mm"): "fp32", ("tensor", "torch._scaled_mm fast accum"): "fast",
+        ("tensor", "flashinfer bmm_fp8 cublas"): "fast", ("tensor", "flashinfer bmm_fp8 cudnn"): "",
+        ("row", "torch._scaled_mm"): "fp32", ("row", "torch._scaled_mm fast accum"): "fast",
+        ("block", "torch._scaled_mm"): "fp32",
+        ("block", "flashinfer fp8_blockscale_gemm_sm90"): "fp32"}
+    assert {e[:2] for e in log} >= {("scaled_mm", "tensor"), ("scaled_mm", "row"),
+                                    ("scaled_mm", "block"), ("bmm_fp8", "cudnn"), ("blockscale",)}
+    # FlashInfer 0.5.3: no block-scale GEMM on sm_90 (no row, a note); no peer for rows
+    assert bg._flashinfer_impls(bg.gemm(96, 256, 384, "e4m3", "block"),
+                                _fake_flashinfer_gemm(log, blockscale=False)) == []
+    assert "fp8_blockscale_gemm_sm90 arrived in 0.6.0" in capsys.readouterr().err
+    assert bg._flashinfer_impls(bg.gemm(96, 256, 384, "e4m3", "row"), fi) == []
+    assert bg._flashinfer_impls(bg.gemm(96, 256, 384, "bf16"), fi) == []
+    (failed,) = bg._flashinfer_impls(bg.gemm(9, 256, 384, "e4m3", "tensor"),
+                                     ImportError("no libcuda"))
+    with pytest.raises(RuntimeError, match="import: ImportError"):
+        failed.bind({})
+
+
+_find_spec = importlib.util.find_spec
+
+
+def test_gemm_ratios_and_table():
+    """vs best over every peer that ran and passed; vs fp32 acc without the fast-accumulation
+    peers; quantize rows show GB/s and %copy."""
+    from xkernels import bench_gemm as bg
+
+    def r(case, impl, ms, **kw):
+        return {"family": "gemm", "case": case, "op": "gemm_fp8", "shape": [1], "impl": impl,
+                "ms": ms, **kw}
+
+    a, q = "fp8e4m3 mm 8192x8192x8192 per-tensor", "quantize bf16 8192x8192 row"
+    rows = [r(a, "xkernels", 1.0, tflops=1100.0), r(a, "torch._scaled_mm", 1.25, accum="fp32"),
+            r(a, "torch._scaled_mm fast accum", 0.8, accum="fast"),
+            r(a, "flashinfer bmm_fp8 cudnn", 0.5, check="failed"),
+            r(a, "torch.compile max-autotune", None, note="failed: compile took more than 1 s"),
+            r(a, "xkernels sm80", 2.0),
+            r(q, "xkernels", 0.07, gbps=2876.0), r(q, "torch", 0.14, gbps=1438.0),
+            r("bfloat16 mm 1x2x3", "xkernels", 0.4)]  # no peer: no ratio
+    assert bg.ratios(rows) == {0: (pytest.approx(1.25), pytest.approx(0.8)),
+                               5: (pytest.approx(2.5), pytest.approx(1.6)),
+                               6: (pytest.approx(0.5), pytest.approx(0.5))}
+    text = bg.format_table(rows, copy_gbps=3000.0)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("case "))
+    for col in ("impl", "TFLOP/s", "GB/s", "%copy", "vs best", "vs fp32 acc"):
+        assert col in header
+    row0 = lines[lines.index(header) + 1]
+    assert "1.250" in row0 and "0.800" in row0 and "1100.0" in row0
+    assert "95.9" in text  # 2876 GB/s of a 3000 GB/s copy
+    assert "failed: compile took more than" in text
+
+
+def test_gemm_compile_time_limit(monkeypatch):
+    """A compile that outlasts --compile-timeout is abandoned in its first call (the row says so);
+    --compile-timeout 0 leaves torch.compile out."""
+    from xkernels import bench_gemm as bg
+
+    t0 = time.perf_counter()
+    with pytest.raises(bg.CompileTimeout), bg.time_limit(0.2):
+        time.sleep(5)
+    assert time.perf_counter() - t0 < 2
+    with bg.time_limit(None):
+        time.sleep(0.01)
+    case = bg.quantize(40, 384, "row")
+    ctx = _gemm_ctx(("torch.compile",), compile_timeout=0.2)
+
+    def slow(s):
+        def call():
+            time.sleep(5)
+        return call
+
+    sets = [bg.make_set(case, ctx)]
+    sel = bg.selection(case)
+    impl = bg.Impl("torch.compile", slow, compiled=True)
+    row, _ = bg.prepare(impl, case, sets, sets[0], sel, bg.reference(case, sets[0], sel), ctx)
+    assert row["ms"] is None and "--compile-timeout" in row["note"]
+    assert [i.name for i in bg.impls_for(case, ctx)] == ["torch.compile"]
+    assert bg.impls_for(case, _gemm_ctx(("torch.compile",), compile_timeout=0)) == []
+
+
+@host_only
+def test_cli_gemm_quick_host(monkeypatch, tmp_path, capsys):
+    from xkernels import bench_gemm as bg
+
+    _fake_xkernels_gemm(monkeypatch)
+    assert bench.main(["--quick", "--family", "gemm", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("xkernels bench: no GPU") and "HOST path" in out
+    assert "vs fp32 acc" in out and out.rstrip().splitlines()[-1].startswith("quantize bf16")
+    recs = [json.loads(line) for line in (tmp_path / "gemm-cpu.jsonl").read_text().splitlines()]
+    assert recs[0]["op"] == "copy"
+    cases = {c.label for c in bg.select_cases(quick=True, gpu=False)}
+    assert {r["case"] for r in recs[1:]} == cases
+    for r in recs[1:]:
+        assert GEMM_KEYS <= r.keys(), r.keys()
+        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == "cpu", r
+
+
+@host_only
+def test_cli_gemm_xkernels_wrong_is_an_error(monkeypatch, capsys):
+    import xkernels.torch as xt
+
+    _fake_xkernels_gemm(monkeypatch)
+
+    def wrong(a, b, bias=None, out_dtype=None, b_layout="NK", num_splits=0, kernel="auto", *,
+              out=None):
+        return out.zero_()
+
+    monkeypatch.setattr(xt, "gemm", wrong)
+    assert bench.main(["--quick", "--family", "gemm", "--impls", "xkernels"]) == 1
     out = capsys.readouterr().out
     assert "xkernels FAILED" in out and "CHECK FAILED" in out

@@ -35,12 +35,12 @@ from typing import Any
 from . import __version__
 from .ops import OPS
 
-FAMILIES = ("norm", "activation", "softmax", "overhead", "attention")
+FAMILIES = ("norm", "activation", "softmax", "overhead", "attention", "gemm")
 IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger", "flash_attn")
 PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"),
          "liger": ("liger_kernel", "liger-kernel"), "flash_attn": ("flash_attn", "flash-attn")}
 # The families each peer has impls in (loaded only when one of them runs). All CUDA only.
-PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention"},
+PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention", "gemm"},
                  "liger": {"norm", "activation", "softmax"}, "flash_attn": {"attention"}}
 DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float32", 4)}
 # |out - ref| <= atol + rtol * |ref| (as tests/cases.py): (rtol, atol) per dtype.
@@ -70,6 +70,7 @@ ATTRS: dict[str, dict[str, Any]] = {
     "add_bias_gelu": {"approximate": "tanh"},
     "softmax": {"scale": 1.0},
 }
+GEMM_FAMILY_OPS = ("gemm", "gemm_fp8", "quantize_fp8")  # bench_gemm.py's ops
 OVERHEAD_SHAPE = (1, 4096)
 OVERHEAD_ROUNDS = 15  # host-cost rounds of every impl (3 with --quick)
 
@@ -826,6 +827,7 @@ class Context:
     date: str = ""
     copy_gbps: float | None = None
     xkernels_failed: list[str] = field(default_factory=list)
+    compile_timeout: float | None = None  # gemm family: s per case for torch.compile (0: skip)
 
     @property
     def torch_dtype(self):
@@ -1189,6 +1191,10 @@ def _parser() -> argparse.ArgumentParser:
                         "any other choice (or --family adapters, default all) runs the adapters "
                         "family for it")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    p.add_argument("--compile-timeout", type=float, default=None, metavar="S",
+                   help="gemm family: abandon a torch.compile (max-autotune) that takes more than "
+                        "S seconds in a case, its row says so (default 120); 0 skips "
+                        "torch.compile there")
     return p
 
 
@@ -1236,7 +1242,8 @@ def main(argv: list[str] | None = None) -> int:
     families = list(FAMILIES) if args.family == "all" else [args.family]
     explicit = args.impls != ",".join(IMPL_GROUPS)
     ctx = Context(gpu=gpu, dtype_name=args.dtype, quick=args.quick, groups=set(groups),
-                  versions=versions(), date=datetime.date.today().isoformat())
+                  versions=versions(), date=datetime.date.today().isoformat(),
+                  compile_timeout=args.compile_timeout)
     if gpu:
         props = torch.cuda.get_device_properties(0)
         ctx.device = torch.cuda.get_device_name(0)
@@ -1303,7 +1310,9 @@ def main(argv: list[str] | None = None) -> int:
         needed = sorted({OPS[op].module for fam in families if fam in CASES
                          for op, _ in CASES[fam]} | ({"norm"} if "overhead" in families else set())
                         | ({OPS["attention"].module, OPS["decode_paged"].module}
-                           if "attention" in families else set()))
+                           if "attention" in families else set())
+                        | ({OPS[o].module for o in GEMM_FAMILY_OPS if o in OPS}
+                           if "gemm" in families else set()))
         t0 = time.perf_counter()
         print(f"building/loading xkernels modules {', '.join(needed)} ...", file=sys.stderr,
               flush=True)
@@ -1334,11 +1343,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nxkernels FAILED {len(ctx.xkernels_failed)} case(s):", flush=True)
         for f in ctx.xkernels_failed:
             print(f"  {f}", flush=True)
-    table = format_table([r for r in rows if r.get("family") != "attention"], ctx.copy_gbps)
+    table = format_table([r for r in rows if r.get("family") not in ("attention", "gemm")],
+                         ctx.copy_gbps)
     if any(r.get("family") == "attention" for r in rows):
         from . import bench_attention
 
         table += "\n\n" + bench_attention.format_table(rows, ctx.copy_gbps)
+    if any(r.get("family") == "gemm" for r in rows):
+        from . import bench_gemm
+
+        table += "\n\n" + bench_gemm.format_table(rows, ctx.copy_gbps)
     print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n") + table, flush=True)
     return 130 if interrupted else 1 if ctx.xkernels_failed else 0
 
@@ -1372,6 +1386,13 @@ def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
             from . import bench_attention
 
             bench_attention.run_family(ctx, quick, emit)
+            continue
+        if fam == "gemm":
+            from . import bench_gemm
+
+            if ctx.compile_timeout is None:
+                ctx.compile_timeout = bench_gemm.COMPILE_TIMEOUT_S
+            bench_gemm.run_family(ctx, quick, emit)
             continue
         for op, shape in select_cases(fam, quick, host_cap):
             try:
