@@ -13,9 +13,9 @@
 #define XK_DEVICE __device__ __forceinline__
 
 // Evaluate a CUDA runtime call and return its error from the enclosing function if it failed.
-#define XK_CUDA_TRY(expr)                  \
-  do {                                     \
-    const cudaError_t xk_err_ = (expr);    \
+#define XK_CUDA_TRY(expr)                       \
+  do {                                          \
+    const cudaError_t xk_err_ = (expr);         \
     if (xk_err_ != cudaSuccess) return xk_err_; \
   } while (0)
 
@@ -55,11 +55,26 @@ inline cudaError_t GetDeviceProps(DeviceProps* out) {
   DeviceProps& p = cache[dev];
   if (p.sm_count == 0) {  // benign race: every thread writes the same values
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-    XK_CUDA_TRY(cudaDeviceGetAttribute(&p.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                       dev));
+    XK_CUDA_TRY(
+        cudaDeviceGetAttribute(&p.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.sm_count, cudaDevAttrMultiProcessorCount, dev));
   }
   *out = p;
+  return cudaSuccess;
+}
+
+// kKernel's dynamic shared memory limit raised to `bytes`, once per device and kernel (above 48 KB
+// a block must opt in). Returns kKernel.
+template <auto kKernel>
+cudaError_t SmemOptIn(int bytes, decltype(kKernel)* kernel) {
+  static bool ready[kMaxDevices] = {};
+  int dev = 0;
+  XK_CUDA_TRY(CurrentDevice(&dev));
+  if (!ready[dev]) {  // benign race: every thread sets the same attribute
+    XK_CUDA_TRY(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    ready[dev] = true;
+  }
+  *kernel = kKernel;
   return cudaSuccess;
 }
 

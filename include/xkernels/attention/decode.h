@@ -85,16 +85,7 @@ cudaError_t DispatchTile(int64_t head_dim, TileShape shape, F&& f) {
 // must opt in).
 template <class Tl, typename T>
 cudaError_t PreparedKernel(void (**kernel)(Params)) {
-  static bool ready[kMaxDevices] = {};
-  int dev = 0;
-  XK_CUDA_TRY(CurrentDevice(&dev));
-  *kernel = AttentionKernel<Tl, T>;
-  if (!ready[dev]) {  // benign race: every thread sets the same attribute
-    XK_CUDA_TRY(
-        cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes));
-    ready[dev] = true;
-  }
-  return cudaSuccess;
+  return SmemOptIn<AttentionKernel<Tl, T>>(Tl::kSmemBytes, kernel);
 }
 
 // What the split decision depends on, from shapes alone (so that it needs no device memory).

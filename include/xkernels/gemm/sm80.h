@@ -207,16 +207,7 @@ __global__ void __launch_bounds__(Tl::kThreads) Sm80Kernel(const Params p) {
 // The kernel of a tile, its dynamic shared memory raised once per device.
 template <class Tl, typename T, typename Out, BLayout kLayout>
 cudaError_t PreparedSm80(void (**kernel)(Params)) {
-  static bool ready[kMaxDevices] = {};
-  int dev = 0;
-  XK_CUDA_TRY(CurrentDevice(&dev));
-  *kernel = Sm80Kernel<Tl, T, Out, kLayout>;
-  if (!ready[dev]) {  // benign race: every thread sets the same attribute
-    XK_CUDA_TRY(
-        cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes));
-    ready[dev] = true;
-  }
-  return cudaSuccess;
+  return SmemOptIn<Sm80Kernel<Tl, T, Out, kLayout>>(Tl::kSmemBytes, kernel);
 }
 
 template <class Tl, typename T, typename Out>

@@ -338,16 +338,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 // The kernel of a tile, its dynamic shared memory raised once per device.
 template <class Tl, typename Out>
 cudaError_t PreparedSm90(void (**kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, bool)) {
-  static bool ready[kMaxDevices] = {};
-  int dev = 0;
-  XK_CUDA_TRY(CurrentDevice(&dev));
-  *kernel = Sm90Kernel<Tl, Out>;
-  if (!ready[dev]) {  // benign race: every thread sets the same attribute
-    XK_CUDA_TRY(
-        cudaFuncSetAttribute(*kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes));
-    ready[dev] = true;
-  }
-  return cudaSuccess;
+  return SmemOptIn<Sm90Kernel<Tl, Out>>(Tl::kSmemBytes, kernel);
 }
 
 template <class Tl, typename Out>
