@@ -218,6 +218,23 @@ def check_index(n: int, k: int = CHECK_ROWS) -> list[int]:
     return sorted(set(range(min(k, n))) | set(range(max(0, n - k), n)))
 
 
+def emit_case_rows(rows: list[dict], label: str, ctx: Context,
+                   emit: Callable[[dict], None]) -> None:
+    """Emit a case's rows (an xkernels row that failed or was not checked ok is recorded in
+    ctx.xkernels_failed), then let the GPU's memory go before the next case."""
+    for row in rows:
+        if impl_group(row["impl"]) == "xkernels" and (
+                row["ms"] is None or row.get("check") != "ok"):
+            ctx.xkernels_failed.append(f"{label}: {row['note']}")
+        emit(row)
+    if ctx.gpu:
+        import torch
+
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+
 def impl_group(impl: str) -> str:
     """The --impls name an impl's display name belongs to."""
     if impl.startswith("xkernels"):

@@ -693,15 +693,7 @@ def run_case(case: Case, ctx: bench.Context, emit: Callable[[dict], None]) -> No
         rows.append(row)
     r = impl = None  # the graphs, their calls and the sets: freed before the next case
     del results, sets
-    for row in rows:
-        if bench.impl_group(row["impl"]) == "xkernels" and (
-                row["ms"] is None or row.get("check") != "ok"):
-            ctx.xkernels_failed.append(f"{case.label}: {row['note']}")
-        emit(row)
-    if ctx.gpu:
-        with contextlib.suppress(Exception):
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+    bench.emit_case_rows(rows, case.label, ctx, emit)
 
 
 def run_family(ctx: bench.Context, quick: bool, emit: Callable[[dict], None]) -> None:
