@@ -36,6 +36,8 @@ from . import __version__
 from .ops import OPS
 
 FAMILIES = ("norm", "activation", "softmax", "overhead", "attention", "gemm")
+# Run only when named (--family model): one decoder layer next to Hugging Face (needs transformers)
+EXTRA_FAMILIES = ("model",)
 IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger", "flash_attn")
 PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"),
          "liger": ("liger_kernel", "liger-kernel"), "flash_attn": ("flash_attn", "flash-attn")}
@@ -71,6 +73,7 @@ ATTRS: dict[str, dict[str, Any]] = {
     "softmax": {"scale": 1.0},
 }
 GEMM_FAMILY_OPS = ("gemm", "gemm_fp8", "quantize_fp8")  # bench_gemm.py's ops
+MODEL_FAMILY_OPS = ("rmsnorm", "silu_and_mul", "gemm", "attention", "apply_rope")  # a layer's
 OVERHEAD_SHAPE = (1, 4096)
 OVERHEAD_ROUNDS = 15  # host-cost rounds of every impl (3 with --quick)
 
@@ -1193,7 +1196,7 @@ def run_overhead(ctx: Context, emit: Callable[[dict], None]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xkernels bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--family", choices=[*FAMILIES, "adapters", "all"], default="all",
+    p.add_argument("--family", choices=[*FAMILIES, *EXTRA_FAMILIES, "adapters", "all"], default="all",
                    help="all: every family but adapters (the torch families); adapters: one "
                         "kernel through every framework (kernel time and host cost per call)")
     p.add_argument("--quick", action="store_true",
@@ -1329,7 +1332,9 @@ def main(argv: list[str] | None = None) -> int:
                         | ({OPS["attention"].module, OPS["decode_paged"].module}
                            if "attention" in families else set())
                         | ({OPS[o].module for o in GEMM_FAMILY_OPS if o in OPS}
-                           if "gemm" in families else set()))
+                           if "gemm" in families else set())
+                        | ({OPS[o].module for o in MODEL_FAMILY_OPS if o in OPS}
+                           if "model" in families else set()))
         t0 = time.perf_counter()
         print(f"building/loading xkernels modules {', '.join(needed)} ...", file=sys.stderr,
               flush=True)
@@ -1360,7 +1365,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nxkernels FAILED {len(ctx.xkernels_failed)} case(s):", flush=True)
         for f in ctx.xkernels_failed:
             print(f"  {f}", flush=True)
-    table = format_table([r for r in rows if r.get("family") not in ("attention", "gemm")],
+    table = format_table([r for r in rows
+                          if r.get("family") not in ("attention", "gemm", "model")],
                          ctx.copy_gbps)
     if any(r.get("family") == "attention" for r in rows):
         from . import bench_attention
@@ -1370,6 +1376,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench_gemm
 
         table += "\n\n" + bench_gemm.format_table(rows, ctx.copy_gbps)
+    if any(r.get("family") == "model" for r in rows):
+        from . import bench_model
+
+        table += "\n\n" + bench_model.format_table(rows)
     print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n") + table, flush=True)
     return 130 if interrupted else 1 if ctx.xkernels_failed else 0
 
@@ -1410,6 +1420,11 @@ def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
             if ctx.compile_timeout is None:
                 ctx.compile_timeout = bench_gemm.COMPILE_TIMEOUT_S
             bench_gemm.run_family(ctx, quick, emit)
+            continue
+        if fam == "model":
+            from . import bench_model
+
+            bench_model.run_family(ctx, quick, emit)
             continue
         for op, shape in select_cases(fam, quick, host_cap):
             try:

@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="report versions, compilers, GPUs and the cache")
     sub.add_parser("bench", help="benchmark the kernels (arguments go to xkernels.bench)",
                    add_help=False)
+    sub.add_parser("profile", help="profile one decoder layer: a Chrome trace and the per-kernel "
+                   "table (arguments go to xkernels.bench_model.profile_main)", add_help=False)
     return p
 
 
@@ -122,5 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         return bench.main(argv[1:]) or 0
+    if argv[:1] == ["profile"]:
+        from . import bench_model
+
+        return bench_model.profile_main(argv[1:])
     args = _parser().parse_args(argv)
     return _build(args) if args.command == "build" else _doctor()
