@@ -17,7 +17,8 @@ XLA's stream, marked safe for XLA's command buffers, i.e. CUDA graphs). Argument
   call); a batched weight or bias falls back to a sequential ``lax.map``.
 - No backward yet: ``jax.grad`` or ``jax.jvp`` through an op raises NotImplementedError naming it.
 
-Attention ops return ``out`` or ``(out, lse)``, GEMM ops ``out`` (``quantize_fp8``: ``(q, scale)``);
+Attention ops return ``out`` or ``(out, lse)``, GEMM ops ``out`` (``quantize_fp8``: ``(q, scale)``),
+RoPE ops ``(q_out, k_out)`` aliased to ``(q, k)``;
 an optional input left None (a bias) is an empty float32 array at the FFI call, which the exported
 function takes as absent. float8_e4m3fn arrays cross as they are: jax-tvm-ffi (0.1.3) maps XLA's
 F8E4M3FN buffers to DLPack's kDLFloat8_e4m3fn. An op's float32 workspace is one more result of
@@ -151,6 +152,9 @@ def _attention_core(name: str, attrs: tuple, device_id: int):
     custom_vmap (sequential) and custom_jvp."""
     op = OPS[name]
     index = {x.name: i for i, x in enumerate(op.inputs)}
+    outs_at = {o.name: i for i, o in enumerate(op.outputs)}
+    # an in-place op's outputs alias the inputs they overwrite elsewhere (RoPE's q and k)
+    aliases = {index[i]: outs_at[o] for o, i in op.aliases.items()} or None
     named = {a.name: v for a, v in zip(op.attrs, attrs)}
     exists = [o.exists(named) for o in op.outputs]
     dtypes = [o.dtype_of(named) for o in op.outputs]  # None: the `like` input's
@@ -167,7 +171,8 @@ def _attention_core(name: str, attrs: tuple, device_id: int):
         if op.workspace:
             ffi, n = jit.plan(op, device_id, tuple(tuple(a.shape) for a in args), attrs)
             types.append(jax.ShapeDtypeStruct((n,), np.float32))
-        res = jax.ffi.ffi_call(target(name), types)(*args, **_ffi_attrs(op, ffi))
+        res = jax.ffi.ffi_call(target(name), types, input_output_aliases=aliases)(
+            *args, **_ffi_attrs(op, ffi))
         got = tuple(r for r, e in zip(res, exists) if e)
         return got if len(got) > 1 else got[0]
 
@@ -352,7 +357,7 @@ def _source(op: Op) -> str:
 
 
 def _doc(op: Op) -> str:
-    if op.kind != "rows":
+    if op.kind != "rows" and not op.in_place:
         return op.docstring(ac.returns_doc(op), "; static")
     last = ("Returns (" + ", ".join(o.name for o in op.outputs) + "), aliased to ("
             + ", ".join(op.aliases[o.name] for o in op.outputs) + ")." if op.in_place else "")

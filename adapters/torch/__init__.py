@@ -119,31 +119,64 @@ def _source(op: Op) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _attention_schema(op: Op) -> str:
-    """The schema of an op of the general path (attention, GEMM): every output (mutated), the
-    inputs, the encoded attributes; no workspace (the implementation allocates it)."""
-    args = [f"Tensor(a{i}!) {o.name}" for i, o in enumerate(op.outputs)]
-    args += [f"Tensor {x.name}" for x in op.inputs]
+def _attention_schema(op: Op, out_form: bool = False) -> str:
+    """The schema of an op of the general path (attention, GEMM, RoPE): every output (mutated),
+    the inputs, the encoded attributes; no workspace (the implementation allocates it). An
+    in-place op (RoPE) has no outputs in its own schema but mutates the inputs they alias;
+    `out_form`: its destination-passing form, `<name>_out`."""
+    in_place = op.in_place and not out_form
+    args = [] if in_place else [f"Tensor(a{i}!) {o.name}" for i, o in enumerate(op.outputs)]
+    mutated = list(op.aliases.values()) if in_place else []
+    args += [f"Tensor(m{mutated.index(x.name)}!) {x.name}" if x.name in mutated
+             else f"Tensor {x.name}" for x in op.inputs]
     args += [f"{a.ffi_type} {a.name}" for a in op.attrs]
-    return f"{op.name}({', '.join(args)}) -> ()"
+    return f"{op.name}{'_out' if out_form else ''}({', '.join(args)}) -> ()"
 
 
 def _attention_source(op: Op) -> str:
     ins = [x.name for x in op.inputs]
     outs = [o.name for o in op.outputs]
-    op_args = ", ".join(outs + ins + [a.name for a in op.attrs])
+    attr_args = [a.name for a in op.attrs]
+    op_args = ", ".join(outs + ins + attr_args)
     first = ins[0]
     grad = " or ".join(f"{x.name}.requires_grad" for x in op.inputs if x.role != "index")
 
-    def run(indent: str) -> list[str]:
+    def run(indent: str, dests: list[str] = outs) -> list[str]:
         if not op.workspace:
-            return [f"{indent}_FN[{op.name!r}]({op_args})"]
+            return [f"{indent}_FN[{op.name!r}]({', '.join(dests + ins + attr_args)})"]
         return [f"{indent}_a, _n = {ac.plan(op, f'{first}.get_device()')}",
-                f"{indent}_FN[{op.name!r}]({', '.join(outs)}, _empty(_n, dtype=_f32, "
+                f"{indent}_FN[{op.name!r}]({', '.join(dests)}, _empty(_n, dtype=_f32, "
                 f"device={first}.device), {', '.join(ins)}, *_a)"]
+
+    def call(name: str, args: str, dests: list[str]) -> list[str]:
+        return [f"    if type({first}) is _Tensor and not _is_compiling():",
+                f"        if _grad_enabled() and ({grad}):",
+                f"            _no_grad({op.name!r})",
+                *run("        ", dests),
+                "    else:",
+                f"        _ops.{name}({args})"]
 
     lines = [f"def {op.name}({ac.params(op)}):", *ac.encode(op),
              *ac.absent(op, "_empty(0, dtype=_f32, device={first}.device)")]
+    if op.in_place:
+        # In place (outputs = the inputs they alias), or, given every output, into those.
+        given = ", ".join(f"{o!r}: {o}" for o in outs)
+        aliased = [op.aliases[o] for o in outs]
+        in_place_args = ", ".join(ins + attr_args)
+        lines += [f"    if _outputs_given({op.name!r}, {{{given}}}):",
+                  *(f"        if not isinstance({o}, _Tensor): _not_tensor({op.name!r}, {o!r}, {o})"
+                    for o in outs),
+                  *("    " + x for x in call(f"{op.name}_out", op_args, outs)),
+                  "        return None",
+                  *call(op.name, in_place_args, aliased),
+                  "    return None",
+                  "",
+                  f"def _impl_{op.name}({in_place_args}):",
+                  *run("    ", aliased),
+                  "",
+                  f"def _impl_{op.name}_out({op_args}):",
+                  *run("    ")]
+        return "\n".join(lines) + "\n"
     for o in op.outputs:
         lines += [f"    if {o.name} is None:",
                   f"        {o.name} = _empty({ac.shape(op, o)}, "
@@ -151,12 +184,7 @@ def _attention_source(op: Op) -> str:
                   f"    elif not isinstance({o.name}, _Tensor):",
                   f"        _not_tensor({op.name!r}, {o.name!r}, {o.name})"]
     lines += [
-        f"    if type({first}) is _Tensor and not _is_compiling():",
-        f"        if _grad_enabled() and ({grad}):",
-        f"            _no_grad({op.name!r})",
-        *run("        "),
-        "    else:",
-        f"        _ops.{op.name}({op_args})",
+        *call(op.name, op_args, outs),
         f"    return {ac.returns(op)}",
         "",
         f"def _impl_{op.name}({op_args}):",
@@ -198,6 +226,8 @@ def _generate() -> dict:
         if op.kind != "rows":
             env[f"_OP_{op.name}"] = op
             _lib.define(_attention_schema(op))
+            if op.in_place:
+                _lib.define(_attention_schema(op, out_form=True))
             public[op.name] = op.generate(_attention_source(op), env, __name__, _doc(op))
         else:
             _lib.define(_schema(op))
@@ -213,7 +243,7 @@ def _generate() -> dict:
 
 
 def _doc(op: Op) -> str:
-    if op.kind != "rows":
+    if op.kind != "rows" and not op.in_place:
         return op.docstring(f"{ac.returns_doc(op)} {ac.outputs_doc(op, 'tensors')}")
     return op.docstring(op.overwrites_or("tensors") if op.in_place else
                         "out: optional destination tensor (shape and dtype of the result).")

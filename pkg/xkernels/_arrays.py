@@ -6,7 +6,8 @@ Functional ops take an optional ``out=`` and return it; in-place ops (``fused_ad
 overwrite their inputs and return None, as in ``xkernels.torch``. Attention ops take their outputs
 by keyword (``out=, lse=``) and return ``out`` or ``(out, lse)``, as do GEMM ops (``out=``;
 ``quantize_fp8``: ``q=, scale=``); their float32 workspace, sized by the op's planner (cached per
-shapes), is allocated by the library per call.
+shapes), is allocated by the library per call. RoPE ops work in place (given ``q_out=, k_out=``,
+into those) and return None.
 """
 
 from __future__ import annotations
@@ -83,7 +84,18 @@ def _source(op: Op, b: Backend) -> str:
 def _attention_source(op: Op, b: Backend) -> str:
     ins, outs, lines = _head(op)
     lines += ac.encode(op)
-    for o in op.outputs:
+    if op.in_place:  # in place, or, given every output, into those (RoPE)
+        given = ", ".join(f"{o!r}: {o}" for o in outs)
+        lines += [f"    if _outputs_given({op.name!r}, {{{given}}}):"]
+        lines += [f"        if type({o}) is not _A: _check({op.name!r}, {o!r}, {o})" for o in outs]
+        if b.read_only:
+            lines += [f"        if _read_only({o}): _refuse({op.name!r}, {o!r})" for o in outs]
+        lines += ["    else:"]
+        lines += [f"        {o} = {op.aliases[o]}" for o in outs]
+        if b.read_only:
+            lines += [f"        if _read_only({x}): _refuse({op.name!r}, {x!r})"
+                      for x in dict.fromkeys(op.aliases.values())]
+    for o in op.outputs if not op.in_place else ():
         lines += [f"    if {o.name} is None:",
                   f"        {o.name} = _empty({ac.shape(op, o)}, "
                   f"{ac.dtype(o, f'{o.like}.dtype')}, {o.like})",
@@ -105,12 +117,12 @@ def _attention_source(op: Op, b: Backend) -> str:
         lines += [f"    with _stream({first}):", f"        {call}"]
     else:
         lines.append(f"    {call}")
-    lines.append(f"    return {ac.returns(op)}")
+    lines.append(f"    return {'None' if op.in_place else ac.returns(op)}")
     return "\n".join(lines) + "\n"
 
 
 def _doc(op: Op, b: Backend) -> str:
-    if op.kind != "rows":
+    if op.kind != "rows" and not op.in_place:
         return op.docstring(f"{ac.returns_doc(op)} {ac.outputs_doc(op, f'{b.array_name}s')}")
     return op.docstring(op.overwrites_or(f"{b.array_name}s") if op.in_place else
                         f"out: optional destination {b.array_name} (shape and dtype of the result).")

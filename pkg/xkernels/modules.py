@@ -1,8 +1,8 @@
 """The compiled modules: one shared library per kernel family.
 
 Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`) plus the
-host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`: plain C++), linked into
-`<name>.so`.
+host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`, `rope.cc`: plain C++),
+linked into `<name>.so`.
 """
 
 from __future__ import annotations
@@ -28,5 +28,6 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
         ModuleSpec("attention", ("bindings/attention.cu",), ("bindings/host/attention.cc",)),
         ModuleSpec("gemm", ("bindings/gemm.cu",), ("bindings/host/gemm.cc",)),
+        ModuleSpec("rope", ("bindings/rope.cu",), ("bindings/host/rope.cc",)),
     )
 }

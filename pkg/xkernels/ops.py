@@ -191,7 +191,7 @@ class Op:
     attrs: tuple[Attr, ...] = ()
     aliases: dict[str, str] = field(default_factory=dict)  # output -> input it overwrites in place
     doc: str = ""
-    kind: str = "rows"  # "rows", "attention" or "gemm" (see the module docstring)
+    kind: str = "rows"  # "rows", "attention", "gemm" or "rope" (see the module docstring)
     # A float32 scratch workspace, sized by the exported `<name>_plan` (see the module docstring);
     # the op then has a "num_splits" attribute, which the plan resolves.
     workspace: bool = False
@@ -496,6 +496,56 @@ _GEMM_OPS = (
            "block; q and scale feed gemm_fp8 as they are."),
 )
 
+# ----------------------------------------------------------------------------------------------
+# RoPE (include/xkernels/rope.h): q [..., tokens, num_qo_heads, head_dim] and k [..., tokens,
+# num_kv_heads, head_dim] rotated in place in PyTorch, NumPy and CuPy (given q_out= and k_out=,
+# written there instead), returned by JAX; positions int32 [..., tokens]; strided views of a packed
+# QKV tensor taken as they are (head_dim contiguous).
+
+_ROPE_ATTRS = (
+    Attr("theta", float, 10000.0,
+         doc="base of the frequencies: inv_freq[i] = theta^(-2i / rotary_dim), as Hugging Face "
+             "computes them"),
+    Attr("interleaved", bool, False,
+         doc="rotate the pairs (2i, 2i+1) (GPT-J) instead of (i, i + rotary_dim/2) (rotate-half: "
+             "Llama, NeoX)"),
+    Attr("rotary_dim", int, 0,
+         doc="rotate only the first rotary_dim dims of each head, even (0: head_dim); the rest "
+             "are left as they are"),
+    Attr("rope_scale", float, 1.0,
+         doc="Llama 3's frequency scaling factor (1: none): low frequencies divided by it, high "
+             "ones kept, a smooth blend between"),
+    Attr("low_freq_factor", float, 1.0,
+         doc="Llama 3 scaling: wavelengths above original_max_position / low_freq_factor are "
+             "scaled"),
+    Attr("high_freq_factor", float, 4.0,
+         doc="Llama 3 scaling: wavelengths below original_max_position / high_freq_factor are "
+             "kept"),
+    Attr("original_max_position", int, 8192,
+         doc="Llama 3 scaling: the context length of pretraining"),
+)
+_ROPE_OUTPUTS = (Output("q_out", "q"), Output("k_out", "k"))
+_ROPE_ALIASES = {"q_out": "q", "k_out": "k"}
+_ROPE_DOC = ("RoPE: each head's pair (a, b) of dims sharing frequency i turns by angle "
+             "positions[t] * inv_freq[i]: a cos - b sin, b cos + a sin (fp16, bf16 or fp32; "
+             "head_dim even, up to 512). q [..., tokens, num_qo_heads, head_dim], k [..., "
+             "tokens, num_kv_heads, head_dim], positions int32 [..., tokens]; q and k may be "
+             "strided views (e.g. of one packed QKV tensor), head_dim contiguous.")
+
+_ROPE_OPS = (
+    Op("apply_rope", "rope", (Input("q"), Input("k"), Input("positions", "index")),
+       _ROPE_OUTPUTS, _ROPE_ATTRS, aliases=_ROPE_ALIASES, kind="rope",
+       doc=_ROPE_DOC + " In place in PyTorch, NumPy and CuPy; JAX returns (q_out, k_out)."),
+    Op("qk_norm_rope", "rope",
+       (Input("q"), Input("k"), Input("q_weight", "column"), Input("k_weight", "column"),
+        Input("positions", "index")),
+       _ROPE_OUTPUTS, (_EPS, *_ROPE_ATTRS), aliases=_ROPE_ALIASES, kind="rope",
+       doc="RMSNorm of each head (Qwen3's and Gemma 3's QK norm: x / sqrt(mean(x^2) + eps) * "
+           "weight over head_dim; q_weight and k_weight [head_dim], q's dtype or float32; Gemma's "
+           "(1 + w) is passed as 1 + w), then RoPE, in one pass. " + _ROPE_DOC
+           + " In place in PyTorch, NumPy and CuPy; JAX returns (q_out, k_out)."),
+)
+
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
@@ -521,9 +571,11 @@ OPS: dict[str, Op] = {
            doc="softmax(scale * input) over the last dimension; a row of -inf gives zeros."),
         *_ATTENTION_OPS,
         *_GEMM_OPS,
+        *_ROPE_OPS,
     )
 }
 
 ROW_OPS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "rows"}
 ATTENTION_OPS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "attention"}
 GEMM_OPS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "gemm"}
+ROPE_OPS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "rope"}

@@ -335,3 +335,68 @@ def quantize_fp8(x, granularity="row"):
     quotient = np.clip((x / per).astype(np.float32), -E4M3_MAX, E4M3_MAX)
     q = quotient.astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
     return q, scale.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE, as Hugging Face's modeling code defines it (rotate_half / the interleaved GPT-J form,
+# _compute_llama3_parameters for the scaling), in float64 throughout: positions * inv_freq as a
+# float64 product, so large positions (500000) are exact to float64 rounding.
+
+
+def rope_inv_freq(rotary_dim, theta=10000.0, rope_scale=1.0, low_freq_factor=1.0,
+                  high_freq_factor=4.0, original_max_position=8192):
+    """inv_freq[i] = theta^(-2i / rotary_dim), i < rotary_dim / 2, with Llama 3's scaling when
+    rope_scale != 1."""
+    inv = 1.0 / theta ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    if rope_scale == 1.0:
+        return inv
+    wavelen = 2 * math.pi / inv
+    low_wavelen = original_max_position / low_freq_factor
+    high_wavelen = original_max_position / high_freq_factor
+    scaled = np.where(wavelen > low_wavelen, inv / rope_scale, inv)
+    smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor
+                                                                    - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / rope_scale + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled)
+
+
+def _rope(x, positions, theta, interleaved, rotary_dim, rope_scale, low_freq_factor,
+          high_freq_factor, original_max_position):
+    """x [..., tokens, heads, head_dim], positions [..., tokens] -> x rotated."""
+    d = x.shape[-1]
+    rd = rotary_dim or d
+    inv = rope_inv_freq(rd, theta, rope_scale, low_freq_factor, high_freq_factor,
+                        original_max_position)
+    ang = np.asarray(positions, np.float64)[..., None, None] * inv  # [..., tokens, 1, rd/2]
+    cos, sin = np.cos(ang), np.sin(ang)
+    out = np.array(x, np.float64, copy=True)
+    if interleaved:
+        a, b = x[..., 0:rd:2], x[..., 1:rd:2]
+        out[..., 0:rd:2] = a * cos - b * sin
+        out[..., 1:rd:2] = b * cos + a * sin
+    else:
+        a, b = x[..., : rd // 2], x[..., rd // 2: rd]
+        out[..., : rd // 2] = a * cos - b * sin
+        out[..., rd // 2: rd] = b * cos + a * sin
+    return out
+
+
+def apply_rope(q, k, positions, theta=10000.0, interleaved=False, rotary_dim=0, rope_scale=1.0,
+               low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=8192,
+               round_to=None):
+    """(q_out, k_out). `round_to` is accepted (the in-place ops' signature) and unused: nothing
+    is stored between steps."""
+    args = (theta, interleaved, rotary_dim, rope_scale, low_freq_factor, high_freq_factor,
+            original_max_position)
+    return _rope(q, positions, *args), _rope(k, positions, *args)
+
+
+def qk_norm_rope(q, k, q_weight, k_weight, positions, eps=1e-6, theta=10000.0,
+                 interleaved=False, rotary_dim=0, rope_scale=1.0, low_freq_factor=1.0,
+                 high_freq_factor=4.0, original_max_position=8192, round_to=None):
+    """(q_out, k_out): rmsnorm over head_dim of each head, then apply_rope (no rounding
+    between)."""
+    return apply_rope(rmsnorm(q, q_weight, eps), rmsnorm(k, k_weight, eps), positions, theta,
+                      interleaved, rotary_dim, rope_scale, low_freq_factor, high_freq_factor,
+                      original_max_position)
