@@ -12,6 +12,7 @@ mask, a stale cache page) gives errors of order 1, far above that.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -195,7 +196,7 @@ def test_fallback_float32_layer_matches_bf16_kernels():
     activations do not; its output is the bf16 layer's within bf16 rounding."""
     fallback.reset()
     lay16 = _layer(64)
-    lay32 = _layer(64, dtype=torch.float32)
+    lay32 = copy.deepcopy(lay16).float()
     x = torch.randn(1, 17, 256)
     pos = torch.arange(17)[None]
     with torch.inference_mode(), warnings.catch_warnings():
@@ -236,7 +237,7 @@ def _jax_layer_vs_torch(device: str, qk_norm: bool):
     # the same kernels in the same order: equal but for a bf16 rounding step where XLA's own add
     # (the last residual) and torch's differ in fusion
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
-    assert _rel(torch.from_numpy(got), torch.from_numpy(want)) < 2e-3
+    assert _rel(torch.from_numpy(got.copy()), torch.from_numpy(want)) < 2e-3
 
 
 @needs_jax
@@ -256,37 +257,55 @@ def test_jax_layer_matches_torch_layer_gpu(qk_norm):
     _jax_layer_vs_torch("cuda", qk_norm)
 
 
-@needs_jax
-def test_jax_paged_layer_matches_torch():
-    """decoder_layer_paged: a prefill then a decode step over a paged cache, as the torch layer
-    with PagedKVCache gives (host path)."""
+def _jax_paged_vs_torch(device: str):
     import jax
     import jax.numpy as jnp
     import xkernels.jax.nn as jnn
 
-    layer = _layer(64)
+    dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+
+    def put(a, dtype=None):
+        a = jnp.asarray(a.float().cpu().numpy() if dtype is None else a.cpu().numpy(), dtype)
+        return jax.device_put(a.astype(jnp.bfloat16) if dtype is None else a, dev)
+
+    layer = _layer(64).to(device)
     cache = xnn.PagedKVCache(1, 2, 64, batch_size=2, max_seq_len=40, page_size=16,
-                             auto_step=False)
-    x0 = torch.randn(2, 21, 256, dtype=torch.bfloat16)
-    x1 = torch.randn(2, 1, 256, dtype=torch.bfloat16)
+                             auto_step=False, device=device)
+    x0 = torch.randn(2, 21, 256, dtype=torch.bfloat16, device=device)
+    x1 = torch.randn(2, 1, 256, dtype=torch.bfloat16, device=device)
     cfg = jnn.LayerConfig(**layer.export_config())
-    params = _jax_params(layer)
-    kc = jnp.zeros(tuple(cache.k[0].shape), jnp.bfloat16)
+    params = jax.device_put(_jax_params(layer), dev)
+    kc = jax.device_put(jnp.zeros(tuple(cache.k[0].shape), jnp.bfloat16), dev)
     vc = jnp.zeros_like(kc)
     f = jax.jit(jnn.decoder_layer_paged, static_argnames="cfg")
     for x, start in ((x0, 0), (x1, 21)):
-        pos = (torch.arange(x.shape[1]) + start)[None].expand(2, -1)
+        pos = (torch.arange(x.shape[1], device=device) + start)[None].expand(2, -1)
         with torch.inference_mode():
             m = cache.begin(x.shape[1])
-            want = layer(x, pos, cache).float().numpy()
-        j = {k: jnp.asarray(m[k].numpy()) for k in
-             ("slots", "kv_indptr", "kv_indices", "kv_last_page_len", "qo_indptr")}
-        got, kc, vc = f(params, jnp.asarray(x.float().numpy()).astype(jnp.bfloat16),
-                        jnp.asarray(pos.numpy(), jnp.int32), kc, vc, j["slots"],
+            want = layer(x, pos, cache).float().cpu().numpy()
+        j = {k: put(m[k], m[k].cpu().numpy().dtype) for k in ("slots", "kv_indptr", "kv_indices", "kv_last_page_len", "qo_indptr")}
+        got, kc, vc = f(params, put(x), put(pos, jnp.int32), kc, vc, j["slots"],
                         j["kv_indptr"], j["kv_indices"], j["kv_last_page_len"], j["qo_indptr"],
                         cfg=cfg)
         np.testing.assert_allclose(np.asarray(got.astype(jnp.float32)), want, rtol=1e-2,
                                    atol=1e-2)
+
+
+@needs_jax
+def test_jax_paged_layer_matches_torch_host():
+    """decoder_layer_paged: a prefill then a decode step over a paged cache, as the torch layer
+    with PagedKVCache gives (host path)."""
+    _jax_paged_vs_torch("cpu")
+
+
+@gpu
+@needs_jax
+def test_jax_paged_layer_matches_torch_gpu():
+    from conftest import HAS_JAX_GPU
+
+    if not HAS_JAX_GPU:
+        pytest.fail("JAX has no GPU backend on a machine with a GPU")
+    _jax_paged_vs_torch("cuda")
 
 
 @gpu
