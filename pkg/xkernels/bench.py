@@ -35,12 +35,13 @@ from typing import Any
 from . import __version__
 from .ops import OPS
 
-FAMILIES = ("norm", "activation", "softmax", "overhead", "attention", "gemm")
+FAMILIES = ("norm", "activation", "softmax", "overhead", "attention", "gemm", "rope")
 IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger", "flash_attn")
 PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"),
          "liger": ("liger_kernel", "liger-kernel"), "flash_attn": ("flash_attn", "flash-attn")}
 # The families each peer has impls in (loaded only when one of them runs). All CUDA only.
-PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention", "gemm"},
+PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention", "gemm",
+                                "rope"},
                  "liger": {"norm", "activation", "softmax"}, "flash_attn": {"attention"}}
 DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float32", 4)}
 # |out - ref| <= atol + rtol * |ref| (as tests/cases.py): (rtol, atol) per dtype.
@@ -1329,7 +1330,8 @@ def main(argv: list[str] | None = None) -> int:
                         | ({OPS["attention"].module, OPS["decode_paged"].module}
                            if "attention" in families else set())
                         | ({OPS[o].module for o in GEMM_FAMILY_OPS if o in OPS}
-                           if "gemm" in families else set()))
+                           if "gemm" in families else set())
+                        | ({OPS["apply_rope"].module} if "rope" in families else set()))
         t0 = time.perf_counter()
         print(f"building/loading xkernels modules {', '.join(needed)} ...", file=sys.stderr,
               flush=True)
@@ -1360,7 +1362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nxkernels FAILED {len(ctx.xkernels_failed)} case(s):", flush=True)
         for f in ctx.xkernels_failed:
             print(f"  {f}", flush=True)
-    table = format_table([r for r in rows if r.get("family") not in ("attention", "gemm")],
+    table = format_table([r for r in rows if r.get("family") not in ("attention", "gemm", "rope")],
                          ctx.copy_gbps)
     if any(r.get("family") == "attention" for r in rows):
         from . import bench_attention
@@ -1370,6 +1372,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench_gemm
 
         table += "\n\n" + bench_gemm.format_table(rows, ctx.copy_gbps)
+    if any(r.get("family") == "rope" for r in rows):
+        from . import bench_rope
+
+        table += "\n\n" + bench_rope.format_table(rows, ctx.copy_gbps)
     print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n") + table, flush=True)
     return 130 if interrupted else 1 if ctx.xkernels_failed else 0
 
@@ -1410,6 +1416,11 @@ def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
             if ctx.compile_timeout is None:
                 ctx.compile_timeout = bench_gemm.COMPILE_TIMEOUT_S
             bench_gemm.run_family(ctx, quick, emit)
+            continue
+        if fam == "rope":
+            from . import bench_rope
+
+            bench_rope.run_family(ctx, quick, emit)
             continue
         for op, shape in select_cases(fam, quick, host_cap):
             try:
