@@ -1336,3 +1336,114 @@ def test_cli_gemm_xkernels_wrong_is_an_error(monkeypatch, capsys):
     assert bench.main(["--quick", "--family", "gemm", "--impls", "xkernels"]) == 1
     out = capsys.readouterr().out
     assert "xkernels FAILED" in out and "CHECK FAILED" in out
+
+
+# ------------------------------------------------------------------------------ --family rope
+
+ROPE_KEYS = REQUIRED | {"case", "tokens", "num_qo_heads", "num_kv_heads", "head_dim", "rope",
+                        "check", "calls"}
+
+
+def test_rope_cases_and_accounting():
+    from xkernels import bench_rope as br
+
+    cases = br.select_cases()
+    llama = [c for c in cases if c.name == "llama3"]
+    assert [c.tokens for c in llama] == [1, 128, 4096, 32768]
+    assert all((c.num_qo_heads, c.num_kv_heads, c.head_dim) == (32, 8, 128) for c in cases)
+    assert {c.op for c in cases} == {"apply_rope", "qk_norm_rope"}
+    c = llama[-1]
+    # q and k (40 heads x 128) read and written, bf16, and 4-byte positions
+    assert br.bytes_moved(c, 2) == 2 * 32768 * 40 * 128 * 2 + 4 * 32768
+    assert br.set_bytes(c, 2) == 32768 * 48 * 128 * 2 + 4 * 32768
+    assert [c.tokens for c in br.select_cases(quick=True) if c.name == "llama3"] == [1, 4096]
+    assert all(c.tokens <= 64 for c in br.select_cases(gpu=False))
+
+
+def _fake_flashinfer_rope(log):
+    """Stand-ins with FlashInfer 0.5.3's RoPE signatures, computing through the float64
+    reference (in place)."""
+    from xkernels import reference
+
+    def rotate(q, k, pos, **kw):
+        rq, rk = reference.apply_rope(q.double().numpy(), k.double().numpy(), pos.numpy(), **kw)
+        q.copy_(torch.from_numpy(rq))
+        k.copy_(torch.from_numpy(rk))
+
+    def apply_rope_pos_ids_inplace(q, k, pos_ids, rotary_dim=None, interleave=False,
+                                   rope_scale=1.0, rope_theta=1e4):
+        log.append("pos_ids")
+        rotate(q, k, pos_ids, theta=rope_theta, interleaved=interleave)
+
+    def apply_llama31_rope_pos_ids_inplace(q, k, pos_ids, rotary_dim=None, interleave=False,
+                                           rope_scale=8, rope_theta=5e5, low_freq_factor=1,
+                                           high_freq_factor=4, old_context_len=8192):
+        log.append("llama31")
+        rotate(q, k, pos_ids, theta=rope_theta, interleaved=interleave, rope_scale=rope_scale,
+               low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor,
+               original_max_position=old_context_len)
+
+    def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_sin_cache,
+                                              is_neox=True):
+        log.append("cache")
+        assert query.dim() == 2 and positions.dtype == torch.int64 and is_neox
+        half = cos_sin_cache.shape[1] // 2
+        cos, sin = (cos_sin_cache[positions][:, None, :half].double(),
+                    cos_sin_cache[positions][:, None, half:].double())
+        for x in (query, key):
+            v = x.view(x.shape[0], -1, head_size).double()
+            a, b = v[..., :half], v[..., half:]
+            x.view(x.shape[0], -1, head_size).copy_(torch.cat((a * cos - b * sin,
+                                                                b * cos + a * sin), -1))
+
+    return types.SimpleNamespace(
+        apply_rope_pos_ids_inplace=apply_rope_pos_ids_inplace,
+        apply_llama31_rope_pos_ids_inplace=apply_llama31_rope_pos_ids_inplace,
+        apply_rope_with_cos_sin_cache_inplace=apply_rope_with_cos_sin_cache_inplace)
+
+
+def test_rope_peer_glue_on_stand_ins():
+    from xkernels import bench_rope as br
+
+    log: list[str] = []
+    ctx = bench.Context(gpu=False, dtype_name="bf16", quick=True,
+                        groups={"xkernels", "torch", "flashinfer"},
+                        peers={"flashinfer": _fake_flashinfer_rope(log)})
+    rows = []
+    for case in br.select_cases(quick=True, gpu=False):
+        br.run_case(case, ctx, rows.append)
+    assert {"pos_ids", "llama31", "cache"} <= set(log)
+    by = {(r["case"], r["impl"]): r for r in rows}
+    for (case, impl), r in by.items():
+        assert r["check"] == "ok" and r["ms"] > 0, (case, impl, r["note"])
+    assert not any(i.startswith("flashinfer") for c, i in by if c.startswith("qk_norm_rope"))
+    md = br.format_table(rows)
+    assert "flashinfer cos_sin_cache" in md and "vs best" in md
+
+
+@host_only
+def test_cli_rope_quick_host(tmp_path, capsys):
+    from xkernels import bench_rope as br
+
+    assert bench.main(["--quick", "--family", "rope", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("xkernels bench: no GPU") and "[rope]" in out
+    recs = [json.loads(line) for line in (tmp_path / "rope-cpu.jsonl").read_text().splitlines()]
+    assert recs[0]["op"] == "copy"
+    cases = {c.label: c for c in br.select_cases(quick=True, gpu=False)}
+    assert {r["case"] for r in recs[1:]} == set(cases)
+    for r in recs[1:]:
+        assert ROPE_KEYS <= r.keys(), r.keys()
+        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == "cpu", r
+        c = cases[r["case"]]
+        assert r["gbps"] == pytest.approx(br.bytes_moved(c, 2) / r["ms"] / 1e6)
+
+
+@host_only
+def test_cli_rope_xkernels_wrong_is_an_error(monkeypatch, capsys):
+    import xkernels.torch as xt
+
+    monkeypatch.setattr(xt, "apply_rope", lambda q, k, pos, **kw: q.zero_())
+    assert bench.main(["--quick", "--family", "rope", "--impls", "xkernels"]) == 1
+    out = capsys.readouterr().out
+    assert "xkernels FAILED" in out and "CHECK FAILED" in out

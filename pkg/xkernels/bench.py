@@ -35,14 +35,15 @@ from typing import Any
 from . import __version__
 from .ops import OPS
 
-FAMILIES = ("norm", "activation", "softmax", "overhead", "attention", "gemm")
+FAMILIES = ("norm", "activation", "softmax", "overhead", "attention", "gemm", "rope")
 # Run only when named (--family model): one decoder layer next to Hugging Face (needs transformers)
 EXTRA_FAMILIES = ("model",)
 IMPL_GROUPS = ("xkernels", "torch", "torch.compile", "flashinfer", "liger", "flash_attn")
 PEERS = {"flashinfer": ("flashinfer", "flashinfer-python"),
          "liger": ("liger_kernel", "liger-kernel"), "flash_attn": ("flash_attn", "flash-attn")}
 # The families each peer has impls in (loaded only when one of them runs). All CUDA only.
-PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention", "gemm"},
+PEER_FAMILIES = {"flashinfer": {"norm", "activation", "softmax", "overhead", "attention", "gemm",
+                                "rope"},
                  "liger": {"norm", "activation", "softmax"}, "flash_attn": {"attention"}}
 DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float32", 4)}
 # |out - ref| <= atol + rtol * |ref| (as tests/cases.py): (rtol, atol) per dtype.
@@ -1334,7 +1335,8 @@ def main(argv: list[str] | None = None) -> int:
                         | ({OPS[o].module for o in GEMM_FAMILY_OPS if o in OPS}
                            if "gemm" in families else set())
                         | ({OPS[o].module for o in MODEL_FAMILY_OPS if o in OPS}
-                           if "model" in families else set()))
+                           if "model" in families else set())
+                        | ({OPS["apply_rope"].module} if "rope" in families else set()))
         t0 = time.perf_counter()
         print(f"building/loading xkernels modules {', '.join(needed)} ...", file=sys.stderr,
               flush=True)
@@ -1366,7 +1368,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in ctx.xkernels_failed:
             print(f"  {f}", flush=True)
     table = format_table([r for r in rows
-                          if r.get("family") not in ("attention", "gemm", "model")],
+                          if r.get("family") not in ("attention", "gemm", "rope", "model")],
                          ctx.copy_gbps)
     if any(r.get("family") == "attention" for r in rows):
         from . import bench_attention
@@ -1376,6 +1378,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench_gemm
 
         table += "\n\n" + bench_gemm.format_table(rows, ctx.copy_gbps)
+    if any(r.get("family") == "rope" for r in rows):
+        from . import bench_rope
+
+        table += "\n\n" + bench_rope.format_table(rows, ctx.copy_gbps)
     if any(r.get("family") == "model" for r in rows):
         from . import bench_model
 
@@ -1420,6 +1426,11 @@ def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
             if ctx.compile_timeout is None:
                 ctx.compile_timeout = bench_gemm.COMPILE_TIMEOUT_S
             bench_gemm.run_family(ctx, quick, emit)
+            continue
+        if fam == "rope":
+            from . import bench_rope
+
+            bench_rope.run_family(ctx, quick, emit)
             continue
         if fam == "model":
             from . import bench_model
