@@ -207,6 +207,14 @@ def _fake_flashinfer():
         residual.add_(input)
         input.copy_(_rms(residual, weight, eps))
 
+    def gemma_rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None):
+        y = _rms(input, 1.0 + weight.float(), eps)
+        return y if out is None else out.copy_(y)
+
+    def gemma_fused_add_rmsnorm(input, residual, weight, eps=1e-6, enable_pdl=None):
+        residual.add_(input)
+        input.copy_(_rms(residual, 1.0 + weight.float(), eps))
+
     def layernorm(input, gemma, beta, eps=1e-6):
         assert gemma.dtype == beta.dtype == torch.float32
         return F.layer_norm(input.float(), (input.shape[-1],), gemma, beta, eps).to(input.dtype)
@@ -222,6 +230,8 @@ def _fake_flashinfer():
         return torch.softmax(logits.float() / (temperature or 1.0), -1)
 
     norm = types.SimpleNamespace(rmsnorm=rmsnorm, fused_add_rmsnorm=fused_add_rmsnorm,
+                                 gemma_rmsnorm=gemma_rmsnorm,
+                                 gemma_fused_add_rmsnorm=gemma_fused_add_rmsnorm,
                                  layernorm=layernorm)
     activation = types.SimpleNamespace(
         silu_and_mul=act(F.silu), gelu_and_mul=act(F.gelu),
@@ -236,11 +246,12 @@ def _fake_liger():
         return type("F", (), {"apply": staticmethod(f)})
 
     def rms(X, W, eps, offset=0.0, casting_mode="llama", in_place=True, row_mode=None):
-        return F.rms_norm(X.float(), (X.shape[-1],), W.float(), eps).to(X.dtype)
+        assert casting_mode in ("llama", "gemma", "none")
+        return F.rms_norm(X.float(), (X.shape[-1],), offset + W.float(), eps).to(X.dtype)
 
     def fused(X, R, W, eps, offset=0.0, casting_mode="llama", in_place=False):
         s = X + R
-        return rms(s, W, eps), s
+        return rms(s, W, eps, offset, casting_mode), s
 
     def split(g):
         return lambda a, b: (g(a.float()) * b.float()).to(a.dtype)
@@ -268,7 +279,9 @@ def _ctx(peers, groups=bench.IMPL_GROUPS[:2] + ("flashinfer", "liger")):
 
 CASES = [("rmsnorm", (64, 128)), ("fused_add_rmsnorm", (3, 256)), ("layernorm", (3, 256)),
          ("silu_and_mul", (3, 512)), ("gelu_tanh_and_mul", (2, 512)), ("gelu_and_mul", (2, 512)),
-         ("add_bias_gelu", (3, 256)), ("mul_add", (5000,)), ("softmax", (40, 300))]
+         ("add_bias_gelu", (3, 256)), ("mul_add", (5000,)), ("softmax", (40, 300)),
+         ("gemma_rmsnorm", (5, 256)), ("gemma_fused_add_rmsnorm", (3, 256)), ("silu", (3, 200)),
+         ("gelu", (3, 200)), ("mul_add", (4, 300))]
 EXPECTED = {
     "rmsnorm": {"xkernels", "torch", "flashinfer (3-D)", "liger"},
     "fused_add_rmsnorm": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
@@ -279,10 +292,14 @@ EXPECTED = {
     "add_bias_gelu": {"xkernels", "torch"},
     "mul_add": {"xkernels", "torch", "torch.addcmul"},
     "softmax": {"xkernels", "torch", "flashinfer", "liger"},
+    "gemma_rmsnorm": {"xkernels", "torch", "flashinfer", "liger"},
+    "gemma_fused_add_rmsnorm": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
+    "silu": {"xkernels", "torch"},
+    "gelu": {"xkernels", "torch"},
 }
 
 
-@pytest.mark.parametrize("op,shape", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("op,shape", CASES, ids=[f"{c[0]}-{len(c[1])}d" for c in CASES])
 def test_peer_glue_on_stand_ins(op, shape):
     ctx = _ctx({"flashinfer": _fake_flashinfer(), "liger": _fake_liger()})
     rows = []
@@ -603,7 +620,8 @@ def test_attention_inputs_and_reference():
     """The float64 reference at the checked rows against SDPA in float64; the decode page table
     (a permutation of the cache's pages, a partial last page) read back through the contiguous
     copy; a wrong output fails the check."""
-    from xkernels import bench_attention as ba, reference
+    from xkernels import bench_attention as ba
+    from xkernels import reference
 
     ctx = _attn_ctx(())
     for causal in (False, True):

@@ -68,9 +68,12 @@ CASES: dict[str, list[tuple[str, tuple[int, ...]]]] = {
 }
 ATTRS: dict[str, dict[str, Any]] = {
     "rmsnorm": {"eps": 1e-6},
+    "gemma_rmsnorm": {"eps": 1e-6},
     "fused_add_rmsnorm": {"eps": 1e-6},
+    "gemma_fused_add_rmsnorm": {"eps": 1e-6},
     "layernorm": {"eps": 1e-5},
     "add_bias_gelu": {"approximate": "tanh"},
+    "gelu": {"approximate": "tanh"},  # the sweep's (GPT-2, Phi-2 and StarCoder2 use tanh)
     "softmax": {"scale": 1.0},
 }
 GEMM_FAMILY_OPS = ("gemm", "gemm_fp8", "quantize_fp8")  # bench_gemm.py's ops
@@ -97,6 +100,21 @@ MIN_GRAPH_CALLS = 40
 # followed torch.compile ran faster: H100 bf16 fused_add_rmsnorm 8192x4096 in place, whichever
 # of FlashInfer and xkernels came right after it measured 89.6-89.9 us, the other 91.2-91.5
 # (also after 100 ms of warm-up replays, and with the data at its fixed point in both).
+# The sweep (bench --sweep, bench_sweep.py): samples per impl and case, the least time a graph's
+# replay takes (its calls), the copy rate assumed before it is measured, and impls left out
+# (op, --impls group): FlashInfer's softmax (sampling.softmax: fp32 out, 2-5x the time of every
+# other impl in the softmax family, never the best peer) costs 75 s of JIT build on a fresh
+# machine.
+SWEEP_MIN_MS = 15.0
+SWEEP_REPLAY_MS = 2.0
+SWEEP_COPY_GBPS = 3000.0
+SWEEP_SKIP = {("softmax", "flashinfer")}
+# and torch.compile at 1 row of the norms: a graph of its own per width (dynamo specializes a size
+# of 1), 44 graphs, about 50 s, for a peer FlashInfer and Liger beat there (H100, 1x4096:
+# torch.compile 1.8-2.2 us, FlashInfer 1.6-1.8, Liger 1.6-1.8). Kept for the activations and
+# softmax, where torch.compile is the fastest peer at 1 row (silu_and_mul 1.7 us, FlashInfer 3.5).
+SWEEP_NO_ONE_ROW_COMPILE = ("rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm",
+                            "gemma_fused_add_rmsnorm", "layernorm")
 CHECK_ROWS = 16  # first and last rows checked against the float64 reference
 CHECK_ELEMS = 4096  # 1-D ops: first and last elements checked
 HOST_CAP, HOST_CAP_QUICK = 1 << 20, 1 << 16  # host path: elements per input at most
@@ -215,6 +233,23 @@ def n_sets(set_bytes: int, l2_bytes: int, free_bytes: int | None = None) -> int:
     if free_bytes is not None and n == MIN_SETS:
         n = min(n, int(SET_MEMORY_SHARE * free_bytes) // max(1, 2 * set_bytes))
     return max(1, n)
+
+
+def sweep_sets(set_bytes: int, l2_bytes: int, free_bytes: int | None = None) -> int:
+    """The sweep's rotating sets: n_sets, but MIN_GRAPH_CALLS where even MAX_SETS sets would fit
+    in the L2 (1-row cases): there no rotation reaches the DRAM, and capturing 1000 calls per impl
+    costs about a second of host time per case."""
+    if MAX_SETS * set_bytes <= l2_bytes:
+        return MIN_GRAPH_CALLS
+    return n_sets(set_bytes, l2_bytes, free_bytes)
+
+
+def sweep_graph_calls(nbytes: int, copy_gbps: float | None) -> int:
+    """The calls a sweep graph makes at least: enough for SWEEP_REPLAY_MS per replay at the copy
+    rate (a replay's own cost, a few us, stays under 0.2%), at most MIN_GRAPH_CALLS. A graph of
+    40 calls of 0.7 ms would need 28 ms per replay and 2 replays per round at the least."""
+    ms = nbytes / ((copy_gbps or SWEEP_COPY_GBPS) * 1e6) + 0.002
+    return max(1, min(MIN_GRAPH_CALLS, math.ceil(SWEEP_REPLAY_MS / ms)))
 
 
 def check_index(n: int, k: int = CHECK_ROWS) -> list[int]:
@@ -384,9 +419,10 @@ class GraphTimer:
     ms per call. Warm-up: every call twice, eagerly, before the capture (JIT compilers run
     outside the graph), then one replay (it uploads the graph). Where the graph cannot be
     captured, or `graph` is False, plain launches are timed instead (events around the same
-    loop), and `why` says so."""
+    loop), and `why` says so. `min_calls` replaces MIN_GRAPH_CALLS (the sweep's long calls)."""
 
-    def __init__(self, calls: list[Callable[[], Any]], graph: bool = True):
+    def __init__(self, calls: list[Callable[[], Any]], graph: bool = True,
+                 min_calls: int = MIN_GRAPH_CALLS):
         import torch
 
         for _ in range(2):
@@ -394,7 +430,7 @@ class GraphTimer:
                 c()
         torch.cuda.synchronize()
         if graph:
-            calls = calls * math.ceil(MIN_GRAPH_CALLS / len(calls))
+            calls = calls * math.ceil(min_calls / len(calls))
         self.calls, self.why, self.g, self.samples = calls, None, None, []
         self.run = self._eager
         if graph:
@@ -536,6 +572,29 @@ def _torch_composites(op: str, attrs: dict) -> dict[str, Callable]:
             return F.rms_norm(s, (s.shape[-1],), w, eps), s
 
         return {"": fused_add_rmsnorm, "functional": fused_add_rmsnorm_functional}
+    if op in ("gemma_rmsnorm", "gemma_fused_add_rmsnorm"):
+        eps = attrs["eps"]
+
+        def gemma_norm(x, w):  # as Hugging Face's Gemma RMSNorm: float32, times (1 + w)
+            xf = x.float()
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            return (y * (1.0 + w.float())).to(x.dtype)
+
+        if op == "gemma_rmsnorm":
+            def gemma_rmsnorm(x, w):
+                return gemma_norm(x, w)
+
+            return {"": gemma_rmsnorm}
+
+        def gemma_fused_add_rmsnorm(x, r, w):  # in place, as the op
+            r.add_(x)
+            x.copy_(gemma_norm(r, w))
+
+        def gemma_fused_add_rmsnorm_functional(x, r, w):
+            s = x + r
+            return gemma_norm(s, w), s
+
+        return {"": gemma_fused_add_rmsnorm, "functional": gemma_fused_add_rmsnorm_functional}
     if op == "layernorm":
         eps = attrs["eps"]
 
@@ -552,6 +611,18 @@ def _torch_composites(op: str, attrs: dict) -> dict[str, Callable]:
             return act(x[..., :d]) * x[..., d:]
 
         return {"": act_and_mul}
+    if op == "silu":
+        def silu(x):
+            return F.silu(x)
+
+        return {"": silu}
+    if op == "gelu":
+        approximate = attrs["approximate"]
+
+        def gelu(x):
+            return F.gelu(x, approximate=approximate)
+
+        return {"": gelu}
     if op == "add_bias_gelu":
         approximate = attrs["approximate"]
 
@@ -677,7 +748,24 @@ def _xkernels_impl(op: str, attrs: dict) -> Impl:
     return Impl("xkernels", bind)
 
 
-def _torch_impls(op: str, attrs: dict, compiled: bool) -> list[Impl]:
+DYNAMIC_ROWS_NOTE = ("rows dynamic (mark_dynamic), columns static: one graph per width, "
+                     "compiled at its largest row count; 1 row a graph of its own")
+
+
+def _mark_rows_dynamic(s: dict, op: str) -> None:
+    """torch._dynamo.mark_dynamic on dim 0 of a set's row inputs of 2 or more dims and rows
+    (dynamo specializes a size of 1: a 1-row case compiles a graph of its own)."""
+    import torch._dynamo
+
+    for x in OPS[op].inputs:
+        t = s[x.name]
+        if x.role != "column" and t.ndim >= 2 and t.shape[0] > 1:
+            torch._dynamo.mark_dynamic(t, 0)
+
+
+def _torch_impls(op: str, attrs: dict, compiled: bool, dynamic_rows: bool = False) -> list[Impl]:
+    """torch eager composites, or torch.compile of them (dynamic=False: one graph per shape; with
+    `dynamic_rows` (the sweep) the rows are marked dynamic: one graph per width)."""
     name = "torch.compile" if compiled else "torch"
     key = tuple(sorted(attrs.items()))
     variants = _torch_composites(op, attrs)
@@ -685,17 +773,21 @@ def _torch_impls(op: str, attrs: dict, compiled: bool) -> list[Impl]:
         return []
     names = _data(op)
     spec = OPS[op]
+    dynamic_rows = dynamic_rows and compiled
+    note = DYNAMIC_ROWS_NOTE if dynamic_rows else ""
 
     def bind_for(variant: str, mutated: list[str] | None = None):
         def bind(s):  # torch.compile wraps on the first bind: --impls torch never compiles
+            if dynamic_rows:
+                _mark_rows_dynamic(s, op)
             return _bind_fn(_torch_fn(op, key, variant, compiled), names, mutated)(s)
         return bind
 
     if spec.in_place:
         functional = Impl(f"{name} (functional)", bind_for("functional"),
-                          "x+r, rms_norm: new tensors")
-        return [Impl(name, bind_for("", list(spec.aliases.values())), fallback=functional)]
-    out = [Impl(name, bind_for(""))]
+                          "; ".join(n for n in ("x+r, rms_norm: new tensors", note) if n))
+        return [Impl(name, bind_for("", list(spec.aliases.values())), note, fallback=functional)]
+    out = [Impl(name, bind_for(""), note)]
     if op == "mul_add" and not compiled:
         import torch
 
@@ -717,10 +809,12 @@ def _split(x):
 
 
 def _flashinfer_impls(op: str, attrs: dict, fi: Any, shape: tuple[int, ...]) -> list[Impl]:
-    """FlashInfer 0.5.3: flashinfer.norm.{rmsnorm, fused_add_rmsnorm, layernorm},
+    """FlashInfer 0.5.3: flashinfer.norm.{rmsnorm, fused_add_rmsnorm, gemma_rmsnorm,
+    gemma_fused_add_rmsnorm, layernorm},
     flashinfer.activation.{silu,gelu,gelu_tanh}_and_mul, flashinfer.sampling.softmax."""
     if isinstance(fi, BaseException):
-        if op in ("rmsnorm", "fused_add_rmsnorm", "layernorm", "softmax") or op.endswith("_and_mul"):
+        if op in ("rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnorm",
+                  "layernorm", "softmax") or op.endswith("_and_mul"):
             return [Impl("flashinfer", _failing(fi))]
         return []
     eps = attrs.get("eps")
@@ -750,6 +844,22 @@ def _flashinfer_impls(op: str, attrs: dict, fi: Any, shape: tuple[int, ...]) -> 
             return call
 
         return [Impl("flashinfer", bindf)]
+    if op == "gemma_rmsnorm":
+        def bindg(s):
+            x, w, o = s["input"], s["weight"], s["out"]
+            return lambda: (fi.norm.gemma_rmsnorm(x, w, eps, out=o),)
+
+        return [Impl("flashinfer", bindg)]
+    if op == "gemma_fused_add_rmsnorm":
+        def bindgf(s):
+            x, r, w = s["input"], s["residual"], s["weight"]
+
+            def call():
+                fi.norm.gemma_fused_add_rmsnorm(x, r, w, eps)
+                return (x, r)
+            return call
+
+        return [Impl("flashinfer", bindgf)]
     if op == "layernorm":
         import torch
 
@@ -779,11 +889,12 @@ def _flashinfer_impls(op: str, attrs: dict, fi: Any, shape: tuple[int, ...]) -> 
 
 def _liger_impls(op: str, attrs: dict, lk: Any) -> list[Impl]:
     """Liger 0.8.5 (liger_kernel.ops, the autograd Functions' forward): LigerRMSNormFunction,
-    LigerFusedAddRMSNormFunction, LigerLayerNormFunction, LigerFusedGateUpSiLUMulFunction,
+    LigerFusedAddRMSNormFunction (both also with offset 1.0 and casting_mode "gemma" for the
+    Gemma ops), LigerLayerNormFunction, LigerFusedGateUpSiLUMulFunction,
     LigerSiLUMulFunction(a, b), LigerGELUMulFunction(a, b) (tanh), LigerSoftmaxFunction."""
     if isinstance(lk, BaseException):
-        if op in ("rmsnorm", "fused_add_rmsnorm", "layernorm", "silu_and_mul",
-                  "gelu_tanh_and_mul", "softmax"):
+        if op in ("rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnorm",
+                  "layernorm", "silu_and_mul", "gelu_tanh_and_mul", "softmax"):
             return [Impl("liger", _failing(lk))]
         return []
     eps = attrs.get("eps")
@@ -797,6 +908,17 @@ def _liger_impls(op: str, attrs: dict, lk: Any) -> list[Impl]:
             "returns new (out, residual): allocated inside the graph, they may reuse the same "
             "addresses every call and stay in L2 (xkernels in place writes into the rotating "
             "sets; xkernels out= into one set)")]
+    if op == "gemma_rmsnorm":  # Liger's Gemma mode: offset 1 (w + 1), casting_mode "gemma"
+        return [Impl("liger", _bind_fn(
+            lambda x, w: lk.LigerRMSNormFunction.apply(x, w, eps, 1.0, "gemma"),
+            ["input", "weight"]), "offset 1.0, casting_mode gemma")]
+    if op == "gemma_fused_add_rmsnorm":
+        return [Impl("liger", _bind_fn(
+            lambda x, r, w: tuple(lk.LigerFusedAddRMSNormFunction.apply(x, r, w, eps, 1.0,
+                                                                        "gemma")),
+            ["input", "residual", "weight"]),
+            "offset 1.0, casting_mode gemma; returns new (out, residual), as for "
+            "fused_add_rmsnorm")]
     if op == "layernorm":
         return [Impl("liger", _bind_fn(
             lambda x, w, b: lk.LigerLayerNormFunction.apply(x, w, b, eps),
@@ -849,6 +971,9 @@ class Context:
     copy_gbps: float | None = None
     xkernels_failed: list[str] = field(default_factory=list)
     compile_timeout: float | None = None  # gemm family: s per case for torch.compile (0: skip)
+    # bench --sweep (bench_sweep.py): SWEEP_MIN_MS of samples, graphs of SWEEP_REPLAY_MS, fewer
+    # sets where every set fits in the L2 anyway, torch.compile with dynamic rows
+    sweep: bool = False
 
     @property
     def torch_dtype(self):
@@ -866,7 +991,19 @@ class Context:
 
     @property
     def min_ms(self) -> float:  # of samples per impl and case
+        if self.sweep:
+            return SWEEP_MIN_MS
         return 25.0 if self.quick else 100.0
+
+    def graph_calls(self, nbytes: int) -> int:
+        """The calls a graph makes at least (GraphTimer's min_calls)."""
+        return sweep_graph_calls(nbytes, self.copy_gbps) if self.sweep else MIN_GRAPH_CALLS
+
+    def set_count(self, set_bytes: int, free_bytes: int | None) -> int:
+        """Rotating input sets of a case (n_sets; the sweep's sweep_sets)."""
+        if self.sweep:
+            return sweep_sets(set_bytes, self.l2_bytes, free_bytes)
+        return n_sets(set_bytes, self.l2_bytes, free_bytes)
 
     def time(self, calls, graph: bool = True):
         if self.gpu:
@@ -893,12 +1030,22 @@ def impls_for(op: str, attrs: dict, shape: tuple[int, ...], ctx: Context) -> lis
     if "torch" in ctx.groups:
         out += _torch_impls(op, attrs, compiled=False)
     if "torch.compile" in ctx.groups:
-        out += _torch_impls(op, attrs, compiled=True)
+        out += _torch_impls(op, attrs, compiled=True, dynamic_rows=ctx.sweep)
     if "flashinfer" in ctx.groups and ctx.peers.get("flashinfer") is not None:
         out += _flashinfer_impls(op, attrs, ctx.peers["flashinfer"], shape)
     if "liger" in ctx.groups and ctx.peers.get("liger") is not None:
         out += _liger_impls(op, attrs, ctx.peers["liger"])
+    if ctx.sweep:
+        out = [i for i in out if not sweep_skipped(op, shape, i.group)]
     return out
+
+
+def sweep_skipped(op: str, shape: tuple[int, ...], group: str) -> bool:
+    """Whether the sweep leaves an impl group out of a case (SWEEP_SKIP, SWEEP_NO_ONE_ROW_COMPILE)."""
+    if (op, group) in SWEEP_SKIP:
+        return True
+    return (group == "torch.compile" and op in SWEEP_NO_ONE_ROW_COMPILE and len(shape) > 1
+            and shape[0] == 1)
 
 
 def _make_set(op: str, shape, ctx: Context, columns: dict) -> dict:
@@ -1032,7 +1179,7 @@ def prepare_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pris
     try:
         calls = [impl.bind(s) for s in sets]
         if ctx.gpu:
-            t.timer = GraphTimer(calls)
+            t.timer = GraphTimer(calls, min_calls=ctx.graph_calls(nbytes))
         else:
             t.ms, t.why = ctx.time(calls)
         del calls
@@ -1083,8 +1230,8 @@ def run_case(op: str, shape, ctx: Context, family: str, emit: Callable[[dict], N
     nbytes = bytes_moved(op, shape, ctx.elem)
     columns = {x.name: torch.randn(shape[-1], dtype=ctx.torch_dtype, device=ctx.dev)
                for x in spec.inputs if x.role == "column"}
-    count = (n_sets(input_bytes(op, shape, ctx.elem), ctx.l2_bytes,
-                    torch.cuda.mem_get_info(ctx.dev)[0]) if ctx.gpu else 1)
+    count = (ctx.set_count(input_bytes(op, shape, ctx.elem), torch.cuda.mem_get_info(ctx.dev)[0])
+             if ctx.gpu else 1)
     sets = [_make_set(op, shape, ctx, columns) for _ in range(count)]
     # the first set's inputs before any impl mutates them in place (for every check)
     pristine = {k: (v.clone() if k not in columns and k != "out" else v)
@@ -1212,6 +1359,18 @@ def _parser() -> argparse.ArgumentParser:
                         "any other choice (or --family adapters, default all) runs the adapters "
                         "family for it")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    sw = p.add_argument_group("sweep", "xkernels bench --sweep: the memory-bound ops over the "
+                              "shapes of current open models (bench_sweep.py; --family norm, "
+                              "activation, softmax or all)")
+    sw.add_argument("--sweep", action="store_true",
+                    help="run the sweep: DIR/sweep-<gpu>.jsonl, a summary per op printed last")
+    sw.add_argument("--ops", metavar="OP,...", help="the sweep's ops (default: the family's)")
+    sw.add_argument("--rows", metavar="N,...", help="the sweep's row counts (default: "
+                    "1,16,128,1024,4096,16384,65536; --quick 1,128,4096)")
+    sw.add_argument("--time-limit", type=float, metavar="S",
+                    help="sweep: start no case after S seconds (the rows so far are kept)")
+    sw.add_argument("--estimate", action="store_true",
+                    help="sweep: print the cases and the estimated device time, run nothing")
     p.add_argument("--compile-timeout", type=float, default=None, metavar="S",
                    help="gemm family: abandon a torch.compile (max-autotune) that takes more than "
                         "S seconds in a case, its row says so (default 120); 0 skips "
@@ -1261,6 +1420,43 @@ def main(argv: list[str] | None = None) -> int:
 
     gpu = torch.cuda.is_available()
     families = list(FAMILIES) if args.family == "all" else [args.family]
+    sweep_cases = None
+    if args.sweep or args.ops or args.rows or args.time_limit is not None or args.estimate:
+        from . import bench_sweep
+
+        if not args.sweep:
+            print("xkernels bench: --ops, --rows, --time-limit and --estimate go with --sweep",
+                  file=sys.stderr)
+            return 2
+        if args.family not in (*bench_sweep.FAMILIES, "all"):
+            print(f"xkernels bench: --sweep covers --family {', '.join(bench_sweep.FAMILIES)} "
+                  f"or all, not {args.family}", file=sys.stderr)
+            return 2
+        try:
+            ops = None if args.ops is None else [o.strip() for o in args.ops.split(",")
+                                                 if o.strip()]
+            sweep_rows = bench_sweep.parse_ints(args.rows)
+            kw = {"ops": ops, "rows": sweep_rows, "quick": args.quick,
+                  "elem": DTYPES[args.dtype][1]}
+            sweep_cases = bench_sweep.cases(
+                args.family, **kw,
+                host_cap=None if gpu else (HOST_CAP_QUICK if args.quick else HOST_CAP))
+            gpu_cases = sweep_cases if gpu else bench_sweep.cases(args.family, **kw)
+        except ValueError as e:
+            print(f"xkernels bench: {e}", file=sys.stderr)
+            return 2
+        if not sweep_cases:
+            print("xkernels bench: the sweep selects no case", file=sys.stderr)
+            return 2
+        est = bench_sweep.estimate(gpu_cases, groups)
+        print(bench_sweep.format_estimate(est, len(gpu_cases))
+              + ("" if gpu else f"; this host path runs {len(sweep_cases)} cut-down cases"),
+              flush=True)
+        if args.estimate:
+            for c in gpu_cases:
+                print(f"  {c.op} {fmt_shape(c.shape)}  ({', '.join(c.models)})")
+            return 0
+        families = ["sweep"]
     explicit = args.impls != ",".join(IMPL_GROUPS)
     ctx = Context(gpu=gpu, dtype_name=args.dtype, quick=args.quick, groups=set(groups),
                   versions=versions(), date=datetime.date.today().isoformat(),
@@ -1287,8 +1483,15 @@ def main(argv: list[str] | None = None) -> int:
               + (f" (skipped, CUDA only: {', '.join(dropped)})" if dropped else ""), flush=True)
 
     torch.manual_seed(0)
-    peers = [name for name in PEERS
-             if name in ctx.groups and PEER_FAMILIES[name] & set(families)]
+    ctx.sweep = sweep_cases is not None
+
+    def peer_needed(name):
+        if ctx.sweep:  # a family it has impls in, and an op not left out of the sweep for it
+            return any(c.family in PEER_FAMILIES[name] and (c.op, name) not in SWEEP_SKIP
+                       for c in sweep_cases)
+        return bool(PEER_FAMILIES[name] & set(families))
+
+    peers = [name for name in PEERS if name in ctx.groups and peer_needed(name)]
     if gpu:
         for name in peers:
             ctx.peers[name] = load_peer(name)
@@ -1330,6 +1533,7 @@ def main(argv: list[str] | None = None) -> int:
 
         needed = sorted({OPS[op].module for fam in families if fam in CASES
                          for op, _ in CASES[fam]} | ({"norm"} if "overhead" in families else set())
+                        | {OPS[c.op].module for c in sweep_cases or ()}
                         | ({OPS["attention"].module, OPS["decode_paged"].module}
                            if "attention" in families else set())
                         | ({OPS[o].module for o in GEMM_FAMILY_OPS if o in OPS}
@@ -1354,7 +1558,7 @@ def main(argv: list[str] | None = None) -> int:
         old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with torch.no_grad():
-            _run(ctx, families, args.quick, emit_to, paths, rows)
+            _run(ctx, families, args.quick, emit_to, paths, rows, sweep_cases, args.time_limit)
     except KeyboardInterrupt:
         interrupted = "interrupted: the table holds the rows measured so far"
     finally:
@@ -1367,6 +1571,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nxkernels FAILED {len(ctx.xkernels_failed)} case(s):", flush=True)
         for f in ctx.xkernels_failed:
             print(f"  {f}", flush=True)
+    if ctx.sweep:
+        from . import bench_sweep
+
+        summary = bench_sweep.format_summary(bench_sweep.summarize(rows))
+        print(("\nhost path (CPU), not GPU numbers\n" if not gpu else "\n")
+              + f"sweep summary (xkernels time / the best peer's; details: "
+              f"benchmarks/plot_sweep.py {paths.get('sweep', 'DIR/sweep-<gpu>.jsonl')})\n"
+              + summary, flush=True)
+        return 130 if interrupted else 1 if ctx.xkernels_failed else 0
     table = format_table([r for r in rows
                           if r.get("family") not in ("attention", "gemm", "rope", "model")],
                          ctx.copy_gbps)
@@ -1395,7 +1608,8 @@ def _raise_interrupt(signum, frame):
 
 
 def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
-         rows: list[dict]) -> None:
+         rows: list[dict], sweep_cases: list | None = None,
+         time_limit: float | None = None) -> None:
     if any(f != "overhead" for f in families):
         try:
             copy_row = measure_copy(ctx)
@@ -1408,6 +1622,12 @@ def _run(ctx: Context, families: list[str], quick: bool, emit_to, paths: dict,
             if fam in paths and fam != "overhead":
                 with paths[fam].open("a") as f:
                     f.write(json.dumps(_record(dict(copy_row, family=fam))) + "\n")
+    if sweep_cases is not None:
+        from . import bench_sweep
+
+        print("[sweep]", file=sys.stderr, flush=True)
+        bench_sweep.run(ctx, sweep_cases, emit_to("sweep"), time_limit)
+        return
     host_cap = None if ctx.gpu else (HOST_CAP_QUICK if quick else HOST_CAP)
     for fam in families:
         emit = emit_to(fam)
