@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
   std::vector<Case> checks;
   for (P path : {P::kSm80, P::kSm90}) {
     for (Elem in : {Elem::kBF16, Elem::kF16}) {
-      for (int m : {1, 7, 64, 200, 1000}) {
+      for (int m : {1, 7, 64, 100, 200, 1000}) {
         checks.push_back({m, 200, 328, in, in, path, Scale::kNone, m % 2 == 1, 0});
         checks.push_back({m, 264, 520, in, Elem::kF32, path, Scale::kNone, true, 3});
       }
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
                       gemm::BLayout::kKN});
   }
   for (Scale s : {Scale::kTensor, Scale::kRow, Scale::kBlock}) {
-    for (int m : {1, 7, 64, 300}) {
+    for (int m : {1, 7, 64, 100, 300}) {
       checks.push_back({m, 272, 400, Elem::kE4M3, Elem::kBF16, P::kAuto, s, m % 2 == 0, 0});
       checks.push_back({m, 384, 1024, Elem::kE4M3, Elem::kF32, P::kAuto, s, true, 2});
     }

@@ -48,13 +48,14 @@ NP_F8 = np.dtype(ml_dtypes.float8_e4m3fn)
 
 # ================================================================== host path
 #
-# m = 1, 7, 64, 1000 rows; n and k multiples of 8 (16 for e4m3) but of no tile (n 200, k 328: 128-
-# and 64-wide tiles both end partial; e4m3 n 208, k 336: the 128-blocks of the scales too). m 1000
-# keeps n and k small (72 x 136, 80 x 144) so that the host stays quick; the GPU runs them at 200 x
-# 328.
+# m = 1, 7, 64, 100, 1000 rows (100: the 128 x 128 tiles of 64 < m <= 128); n and k multiples of
+# 8 (16 for e4m3) but of no tile (n 200, k 328: 128- and 64-wide tiles both end partial; e4m3 n
+# 208, k 336: the 128-blocks of the scales too). m 100 and 1000 keep n and k small on the host
+# (136 x 264 and 72 x 136; e4m3 144 x 272, 80 x 144) so that it stays quick; the GPU runs them at
+# 200 x 328.
 
-HOST_NK = {1: (200, 328), 7: (200, 328), 64: (200, 328), 1000: (72, 136)}
-HOST_NK8 = {1: (208, 336), 7: (208, 336), 64: (208, 336), 1000: (80, 144)}
+HOST_NK = {1: (200, 328), 7: (200, 328), 64: (200, 328), 100: (136, 264), 1000: (72, 136)}
+HOST_NK8 = {1: (208, 336), 7: (208, 336), 64: (208, 336), 100: (144, 272), 1000: (80, 144)}
 
 GEMM_VARIANTS = {
     "plain": {},
@@ -72,7 +73,7 @@ GEMM_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("m", [1, 7, 64, 1000])
+@pytest.mark.parametrize("m", [1, 7, 64, 100, 1000])
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
 def test_host_gemm(dtype, m, variant):
     n, k = HOST_NK[m]
@@ -103,7 +104,7 @@ FP8_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(FP8_VARIANTS))
-@pytest.mark.parametrize("m", [1, 7, 64, 1000])
+@pytest.mark.parametrize("m", [1, 7, 64, 100, 1000])
 def test_host_gemm_fp8(m, variant):
     n, k = HOST_NK8[m]
     check(fp8_case(m, n, k, CPU, seed_of("fp8", m, variant), **FP8_VARIANTS[variant]))
@@ -500,7 +501,7 @@ GPU_NK, GPU_NK8 = (200, 328), (208, 336)
 @gpu
 @pytest.mark.parametrize("kernel", ["auto", "sm80", "sm90"])
 @pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("m", [1, 7, 64, 1000])
+@pytest.mark.parametrize("m", [1, 7, 64, 100, 1000])
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
 def test_gpu_gemm(dtype, m, variant, kernel):
     kw = {**GEMM_VARIANTS[variant], "kernel": kernel}
@@ -534,7 +535,7 @@ def test_gpu_gemm_split_k(m, n, k, num_splits, kernel):
 @gpu
 @pytest.mark.parametrize("kernel", ["auto", "sm90"])
 @pytest.mark.parametrize("variant", list(FP8_VARIANTS))
-@pytest.mark.parametrize("m", [1, 7, 64, 1000])
+@pytest.mark.parametrize("m", [1, 7, 64, 100, 1000])
 def test_gpu_gemm_fp8(m, variant, kernel):
     check(fp8_case(m, *GPU_NK8, "cuda", seed_of("gpu8", m, variant),
                    **{**FP8_VARIANTS[variant], "kernel": kernel}))

@@ -49,6 +49,11 @@ using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
 //                                 consumers (64 rows each), n, stages, block scales
 template <typename T>
 using Sm90Large = Sm90Tile<T, 2, 256, 4, false>;
+// 64 < m <= 128: 128 x 128 tiles, twice Sm90Large's count, so that a batch of decode tokens
+// spreads the weight reads over more SMs with fewer k splits (H100, m 128, Llama 3 8B's layer:
+// 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)
+template <typename T>
+using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
 // m <= 64 (decode): one consumer group, many k blocks in flight; e4m3 rows are half as long, so
 // its tiles are half as wide to give as many blocks
 template <typename T>
@@ -57,14 +62,16 @@ using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, fals
 using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true>;
 using Sm90BlockSmall = Sm90Tile<__nv_fp8_e4m3, 1, 128, 8, true>;
 
-enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Small };
+enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Mid, kSm90Small };
 
 // The kernel version and tile for p on a device of compute capability major `cc_major`.
 inline Kernel Choose(const Params& p, int cc_major) {
   const bool sm90 = p.path == Path::kSm90 ||
                     (p.path == Path::kAuto && cc_major == 9 && p.b_layout == BLayout::kNK) ||
                     p.in_type == Elem::kE4M3;
-  if (sm90) return p.m <= 64 ? Kernel::kSm90Small : Kernel::kSm90Large;
+  if (sm90) {
+    return p.m <= 64 ? Kernel::kSm90Small : p.m <= 128 ? Kernel::kSm90Mid : Kernel::kSm90Large;
+  }
   if (p.m <= 16) return Kernel::kSm80Small;
   return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
 }
@@ -84,27 +91,45 @@ inline void TileDims(const Params& p, Kernel k, int* bm, int* bn) {
     case Kernel::kSm90Large:
       *bm = 128, *bn = p.a_scale_kind == Scale::kBlock ? 128 : 256;
       return;
+    case Kernel::kSm90Mid:
+      *bm = 128, *bn = 128;
+      return;
     case Kernel::kSm90Small:
       *bm = 64, *bn = p.in_type == Elem::kE4M3 && p.a_scale_kind != Scale::kBlock ? 64 : 128;
       return;
   }
 }
 
-// The split count for p on the current device (p.splits ignored): 1 when the output tiles give
-// every SM work; otherwise as many splits of k as keep the units in one wave, each split at least
-// 4 k blocks long. Shapes and device properties only, no device memory (graph-safe).
+// The split count for p on the current device (p.splits ignored), each split at least 4 k blocks
+// long. The decode tiles (m <= 128: one group of 64 rows, or 128 x 128) stream b through deep
+// pipelines, and a third of the SMs already read at the copy rate, so they split only to keep a
+// third of the SMs busy, or in two when k is long (>= 192 k blocks) and the halves still fit one
+// wave (a split costs a pass over fp32 partials and a launch, which long k repays). The 128 x 256
+// tiles (and the sm80 ones) split to fill one wave. Measured on the H100 over Llama 3 8B's and
+// 70B's projections, m 1 to 256 (benchmarks/README.md, GEMM kernel versions). Shapes and device
+// properties only, no device memory (graph-safe).
 inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   *splits = 1;
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
+  const Kernel kernel = Choose(p, props.cc_major);
   int bm = 0, bn = 0;
-  TileDims(p, Choose(p, props.cc_major), &bm, &bn);
+  TileDims(p, kernel, &bm, &bn);
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn);
   const int64_t bk = p.in_type == Elem::kE4M3 ? 128 : 64;
   const int64_t max_splits = std::max<int64_t>(1, ceil_div<int64_t>(p.k, bk) / 4);
-  if (2 * tiles > props.sm_count) return cudaSuccess;
-  const int64_t s = std::min<int64_t>({props.sm_count / tiles, max_splits, 64});
+  int64_t s = 1;
+  if (kernel == Kernel::kSm90Small || kernel == Kernel::kSm90Mid) {
+    const int64_t busy = ceil_div<int64_t>(props.sm_count, 3);
+    if (tiles < busy) s = ceil_div<int64_t>(busy, tiles);
+    if (ceil_div<int64_t>(p.k, bk) >= 192 && 2 * tiles <= props.sm_count)
+      s = std::max<int64_t>(s, 2);
+  } else {
+    if (2 * tiles > props.sm_count) return cudaSuccess;
+    s = props.sm_count / tiles;
+  }
+  s = std::min<int64_t>({s, max_splits, 64});
   *splits = static_cast<int32_t>(std::max<int64_t>(1, s));
   return cudaSuccess;
 }
@@ -128,6 +153,10 @@ inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
         return block ? LaunchSm90<Sm90BlockSmall, Out>(p, stream, props)
                      : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);
       }
+      if (kernel == Kernel::kSm90Mid) {
+        return block ? LaunchSm90<Sm90Block, Out>(p, stream, props)
+                     : LaunchSm90<Sm90Mid<F8>, Out>(p, stream, props);
+      }
       return block ? LaunchSm90<Sm90Block, Out>(p, stream, props)
                    : LaunchSm90<Sm90Large<F8>, Out>(p, stream, props);
     }
@@ -137,6 +166,8 @@ inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
         switch (kernel) {
           case Kernel::kSm90Large:
             return LaunchSm90<Sm90Large<T>, Out>(p, stream, props);
+          case Kernel::kSm90Mid:
+            return LaunchSm90<Sm90Mid<T>, Out>(p, stream, props);
           case Kernel::kSm90Small:
             return LaunchSm90<Sm90Small<T>, Out>(p, stream, props);
           case Kernel::kSm80Large:
