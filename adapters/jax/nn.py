@@ -19,7 +19,6 @@ function is traced.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ import xkernels.jax as xj
 import jax
 import jax.numpy as jnp
 
-from .. import fallback
+from .. import fallback, reference
 
 __all__ = ["LayerConfig", "attention_block", "decoder_layer", "decoder_layer_paged", "gated_mlp",
            "rope_inv_freq"]
@@ -96,20 +95,12 @@ def _rms(x, w, eps):
 
 
 def rope_inv_freq(cfg: LayerConfig) -> np.ndarray:
-    """Inverse frequencies [rotary_dim / 2] (float32), Llama 3 scaling when rope_scale != 1."""
-    d = cfg.rotary_dim or cfg.head_dim
-    inv = (1.0 / (cfg.theta ** (np.arange(0, d, 2).astype(np.float32) / d))).astype(np.float32)
-    if cfg.rope_scale == 1.0:
-        return inv
-    low_wl = cfg.original_max_position / cfg.low_freq_factor
-    high_wl = cfg.original_max_position / cfg.high_freq_factor
-    wavelen = 2 * math.pi / inv
-    scaled = np.where(wavelen > low_wl, inv / cfg.rope_scale, inv)
-    smooth = ((cfg.original_max_position / wavelen - cfg.low_freq_factor)
-              / (cfg.high_freq_factor - cfg.low_freq_factor))
-    smoothed = (1 - smooth) * scaled / cfg.rope_scale + smooth * scaled
-    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
-    return np.where(medium, smoothed, scaled).astype(np.float32)
+    """Inverse frequencies [rotary_dim / 2] (float32; the float64 reference's), Llama 3 scaling
+    when rope_scale != 1."""
+    inv = reference.rope_inv_freq(cfg.rotary_dim or cfg.head_dim, cfg.theta, cfg.rope_scale,
+                                  cfg.low_freq_factor, cfg.high_freq_factor,
+                                  cfg.original_max_position)
+    return inv.astype(np.float32)
 
 
 def _rope_jnp(x, positions, cfg: LayerConfig):

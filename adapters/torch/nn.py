@@ -16,7 +16,6 @@ not a multiple of 8) run PyTorch's op instead, with a once-per-site ``FallbackWa
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn  # noqa: PLW0406 (ruff takes adapters/torch/nn.py for torch.nn)
 
-from .. import fallback
+from .. import fallback, reference
 
 __all__ = ["Attention", "DecoderLayer", "GatedMLP", "PagedKVCache", "RMSNorm", "RopeConfig",
            "patch", "rope_inv_freq"]
@@ -146,21 +145,12 @@ class RopeConfig:
 
 
 def rope_inv_freq(rope: RopeConfig) -> torch.Tensor:
-    """The inverse frequencies [rotary_dim / 2] as Hugging Face computes them (float32), with
-    Llama 3's scaling when rope_scale != 1."""
-    d = rope.rotary_dim
-    inv = 1.0 / (rope.theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    if rope.rope_scale == 1.0:
-        return inv
-    low_wl = rope.original_max_position / rope.low_freq_factor
-    high_wl = rope.original_max_position / rope.high_freq_factor
-    wavelen = 2 * math.pi / inv
-    scaled = torch.where(wavelen > low_wl, inv / rope.rope_scale, inv)
-    smooth = ((rope.original_max_position / wavelen - rope.low_freq_factor)
-              / (rope.high_freq_factor - rope.low_freq_factor))
-    smoothed = (1 - smooth) * scaled / rope.rope_scale + smooth * scaled
-    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
-    return torch.where(medium, smoothed, scaled)
+    """The inverse frequencies [rotary_dim / 2] (float32; from the float64 reference's, which
+    follows Hugging Face's formulas), with Llama 3's scaling when rope_scale != 1."""
+    inv = reference.rope_inv_freq(rope.rotary_dim, rope.theta, rope.rope_scale,
+                                  rope.low_freq_factor, rope.high_freq_factor,
+                                  rope.original_max_position)
+    return torch.from_numpy(inv.astype(np.float32))
 
 
 def _rope_torch(x: torch.Tensor, positions: torch.Tensor, rope: RopeConfig) -> None:

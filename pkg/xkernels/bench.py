@@ -1149,6 +1149,35 @@ class _Timed:
     error: str | None = None
 
 
+def run_check(check: Callable[..., str | None], *args: Any) -> str | None:
+    """check(*args), an impl's check of its first call: what failed, or None; a check that raises
+    fails."""
+    try:
+        return check(*args)
+    except Exception as e:  # noqa: BLE001
+        return f"check raised {_error(e)}"
+
+
+def timed_impl(name: str, notes: list[str], bad: str | None, first_s: float, sets: list,
+               bind: Callable[[Any], Callable[[], Any]], ctx: Context,
+               **timer_kw: Any) -> tuple[_Timed, str | None]:
+    """What every family does after an impl's first call and check (`bad`: what failed): its
+    calls, one per set, captured in a GraphTimer (GPU, `timer_kw` its options) or timed (host).
+    Returns (the _Timed to sample, None), or (the _Timed, the note of the row that failed)."""
+    if bad:
+        notes.insert(0, f"CHECK FAILED: {bad}")
+    t = _Timed(name, notes, "failed" if bad else "ok", first_s, len(sets))
+    try:
+        calls = [bind(s) for s in sets]
+        if ctx.gpu:
+            t.timer = GraphTimer(calls, **timer_kw)
+        else:
+            t.ms, t.why = ctx.time(calls)
+    except Exception as e:  # noqa: BLE001
+        return t, "; ".join([f"failed: {_error(e)}", *notes])
+    return t, None
+
+
 def prepare_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pristine: dict,
                  ref: tuple, idx: list[int], ctx: Context, family: str,
                  nbytes: int) -> dict | _Timed:
@@ -1167,25 +1196,12 @@ def prepare_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pris
         except Exception as e2:  # noqa: BLE001
             return _row(ctx, family, op, shape, impl.name, None, nbytes, f"failed: {_error(e2)}")
     first_s = time.perf_counter() - t0
-    try:
-        bad = compare(got, ref, idx, ctx.dtype_name)
-    except Exception as e:  # noqa: BLE001
-        bad = f"check raised {_error(e)}"
+    bad = run_check(compare, got, ref, idx, ctx.dtype_name)
     del got
-    check = "failed" if bad else "ok"
-    if bad:
-        notes.insert(0, f"CHECK FAILED: {bad}")
-    t = _Timed(impl.name, notes, check, first_s, len(sets))
-    try:
-        calls = [impl.bind(s) for s in sets]
-        if ctx.gpu:
-            t.timer = GraphTimer(calls, min_calls=ctx.graph_calls(nbytes))
-        else:
-            t.ms, t.why = ctx.time(calls)
-        del calls
-    except Exception as e:  # noqa: BLE001
-        return _row(ctx, family, op, shape, impl.name, None, nbytes,
-                    "; ".join([f"failed: {_error(e)}", *notes]), check=check)
+    t, failed = timed_impl(impl.name, notes, bad, first_s, sets, impl.bind, ctx,
+                           min_calls=ctx.graph_calls(nbytes))
+    if failed:
+        return _row(ctx, family, op, shape, impl.name, None, nbytes, failed, check=t.check)
     return t
 
 

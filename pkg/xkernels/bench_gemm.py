@@ -758,24 +758,11 @@ def prepare(impl: Impl, case: Case, sets: list[dict], first: dict, sel: list[int
             cur = cur.fallback
     first_s = time.perf_counter() - t0
     notes = ([cur.note] if cur.note else []) + [f"({n}: {m})" for n, m in tried]
-    try:
-        bad = check(case, got, sel, ref)
-    except Exception as e:  # noqa: BLE001
-        bad = f"check raised {bench._error(e)}"
+    bad = bench.run_check(check, case, got, sel, ref)
     del got
-    if bad:
-        notes.insert(0, f"CHECK FAILED: {bad}")
-    t = bench._Timed(cur.name, notes, "failed" if bad else "ok", first_s, len(sets))
-    try:
-        calls = [cur.bind(s) for s in sets]
-        if ctx.gpu:
-            t.timer = bench.GraphTimer(calls)
-        else:
-            t.ms, t.why = ctx.time(calls)
-        del calls
-    except Exception as e:  # noqa: BLE001
-        return _case_row(ctx, case, cur, cur.name, None, "; ".join(
-            [f"failed: {bench._error(e)}", *notes]), check=t.check), cur
+    t, failed = bench.timed_impl(cur.name, notes, bad, first_s, sets, cur.bind, ctx)
+    if failed:
+        return _case_row(ctx, case, cur, cur.name, None, failed, check=t.check), cur
     return t, cur
 
 

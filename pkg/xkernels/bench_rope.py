@@ -348,24 +348,11 @@ def prepare(impl: Impl, case: Case, sets: list[dict], check_set: dict, sel, ref,
         return _case_row(ctx, case, impl.name, None, f"failed: {bench._error(e)}")
     first_s = time.perf_counter() - t0
     notes = [impl.note] if impl.note else []
-    try:
-        bad = check(case, got, sel, ref, ctx.dtype_name)
-    except Exception as e:  # noqa: BLE001
-        bad = f"check raised {bench._error(e)}"
+    bad = bench.run_check(check, case, got, sel, ref, ctx.dtype_name)
     del got
-    if bad:
-        notes.insert(0, f"CHECK FAILED: {bad}")
-    t = bench._Timed(impl.name, notes, "failed" if bad else "ok", first_s, len(sets))
-    try:
-        calls = [impl.bind(s) for s in sets]
-        if ctx.gpu:
-            t.timer = bench.GraphTimer(calls)
-        else:
-            t.ms, t.why = ctx.time(calls)
-        del calls
-    except Exception as e:  # noqa: BLE001
-        return _case_row(ctx, case, impl.name, None,
-                         "; ".join([f"failed: {bench._error(e)}", *notes]), check=t.check)
+    t, failed = bench.timed_impl(impl.name, notes, bad, first_s, sets, impl.bind, ctx)
+    if failed:
+        return _case_row(ctx, case, impl.name, None, failed, check=t.check)
     return t
 
 
