@@ -33,7 +33,7 @@ namespace {
 constexpr int64_t kBlock = 1024;
 // Columns per item of the elementwise ops: long rows are cut into chunks of this many, so that a
 // few rows (or one flat tensor) still fill the threads.
-constexpr int64_t kChunk = 16 * kBlock;
+constexpr int64_t kChunk = 4 * kBlock;
 
 char* Addr(const Mat& m, int64_t r, int64_t c) {
   return static_cast<char*>(m.data) +
@@ -92,14 +92,16 @@ float SumOfSquares(const float* __restrict x, int64_t n) {
   return Sum(n, [x](int64_t i) { return x[i] * x[i]; });
 }
 
-// The activations as x * Phi-like gates: silu x / (1 + e^-x); gelu_tanh's 0.5 x (1 + tanh(u)) as
+// The activations as x times a gate: silu x / (1 + e^-x); gelu_tanh's 0.5 x (1 + tanh(u)) as
 // x / (1 + e^(-2u)) (the same function, without tanh's cancellation for x < 0); gelu x Phi(x).
-template <Act A>
+// Where e^-x overflows (x < -88.7) the gates give -0 for values below 1e-37. kFast (16-bit
+// outputs): vmath's shorter polynomials.
+template <Act A, bool kFast>
 inline float Activate(float x) {
-  if constexpr (A == Act::kSilu) return x / (1.f + vmath::Exp(-x));
-  if constexpr (A == Act::kGelu) return x * vmath::NormalCdf(x);
+  if constexpr (A == Act::kSilu) return x / (1.f + vmath::Exp<kFast>(-x));
+  if constexpr (A == Act::kGelu) return x * vmath::NormalCdf<kFast>(x);
   // 2u = 2 sqrt(2 / pi) (x + 0.044715 x^3)
-  return x / (1.f + vmath::Exp(-x * (1.5957691216057308f + 0.0713548162726009f * (x * x))));
+  return x / (1.f + vmath::Exp<kFast>(-x * (1.5957691216057308f + 0.0713548162726009f * (x * x))));
 }
 
 // Per-thread float buffers, grown as needed and kept: rows are read into one first (so that outputs
@@ -174,30 +176,65 @@ void ForItems(int64_t rows, int64_t cols, int64_t per_elem, const F& f) {
 // transcendental gate costs about as much as 4 of them vectorized.
 constexpr int64_t kGateCost = 4;
 
-template <Act A>
-inline void ActAndMulItem(const RowJob& j, const Item& it) {
-  const int64_t d = j.cols;
-  float x[kBlock], y[kBlock];
-  for (int64_t c = it.c0; c < it.c1; c += kBlock) {
-    const int64_t n = std::min(kBlock, it.c1 - c);
-    ReadRow(j.in, it.r, c, n, x);
-    ReadRow(j.in, it.r, d + c, n, y);
-    StoreRow(j.out, it.r, c, n, [&x, &y](int64_t k) { return Activate<A>(x[k]) * y[k]; });
+template <Act A, bool kFast>
+struct ActAndMulItem {
+  static void Run(const RowJob& j, const Item& it) {
+    const int64_t d = j.cols;
+    float x[kBlock], y[kBlock];
+    for (int64_t c = it.c0; c < it.c1; c += kBlock) {
+      const int64_t n = std::min(kBlock, it.c1 - c);
+      ReadRow(j.in, it.r, c, n, x);
+      ReadRow(j.in, it.r, d + c, n, y);
+      StoreRow(j.out, it.r, c, n, [&x, &y](int64_t k) { return Activate<A, kFast>(x[k]) * y[k]; });
+    }
   }
+};
+
+template <Act A, bool kFast>
+struct BiasActItem {
+  static void Run(const RowJob& j, const Item& it) {
+    float x[kBlock];
+    for (int64_t c = it.c0; c < it.c1; c += kBlock) {
+      const int64_t n = std::min(kBlock, it.c1 - c);
+      ReadRow(j.in, it.r, c, n, x);
+      if (j.b) {
+        const float* __restrict b = j.b + c;
+        StoreRow(j.out, it.r, c, n, [&x, b](int64_t k) { return Activate<A, kFast>(x[k] + b[k]); });
+      } else {
+        StoreRow(j.out, it.r, c, n, [&x](int64_t k) { return Activate<A, kFast>(x[k]); });
+      }
+    }
+  }
+};
+
+// Row r of out <- softmax(scale * x), x read into a buffer; kFast for 16-bit outputs.
+template <bool kFast>
+void SoftmaxRow(const RowJob& j, float* __restrict x, int64_t r) {
+  const int64_t cols = j.cols;
+  const float scale = j.scale;
+  ReadRow(j.in, r, 0, cols, x);
+  const float m = Max(cols, [x, scale](int64_t c) { return x[c] *= scale; });
+  if (m == -std::numeric_limits<float>::infinity()) {  // a row of -inf has no mass: zeros, as on
+    StoreRow(j.out, r, 0, cols, [](int64_t) { return 0.f; });  // the GPU
+    return;
+  }
+  const float s = Sum(cols, [x, m](int64_t c) { return x[c] = vmath::Exp<kFast>(x[c] - m); });
+  const float inv = 1.f / s;
+  StoreRow(j.out, r, 0, cols, [x, inv](int64_t c) { return x[c] * inv; });
 }
 
-template <Act A>
-inline void BiasActItem(const RowJob& j, const Item& it) {
-  float x[kBlock];
-  for (int64_t c = it.c0; c < it.c1; c += kBlock) {
-    const int64_t n = std::min(kBlock, it.c1 - c);
-    ReadRow(j.in, it.r, c, n, x);
-    if (j.b) {
-      const float* __restrict b = j.b + c;
-      StoreRow(j.out, it.r, c, n, [&x, b](int64_t k) { return Activate<A>(x[k] + b[k]); });
-    } else {
-      StoreRow(j.out, it.r, c, n, [&x](int64_t k) { return Activate<A>(x[k]); });
-    }
+// Item<A, kFast>(j, it) for the job's activation, kFast for 16-bit outputs.
+template <template <Act, bool> class Item_>
+inline void ForAct(const RowJob& j, const Item& it) {
+  const bool fast = j.out.dtype != DType::kF32;
+  switch (j.act) {
+    case Act::kSilu:
+      return fast ? Item_<Act::kSilu, true>::Run(j, it) : Item_<Act::kSilu, false>::Run(j, it);
+    case Act::kGelu:
+      return fast ? Item_<Act::kGelu, true>::Run(j, it) : Item_<Act::kGelu, false>::Run(j, it);
+    case Act::kGeluTanh:
+      return fast ? Item_<Act::kGeluTanh, true>::Run(j, it)
+                  : Item_<Act::kGeluTanh, false>::Run(j, it);
   }
 }
 
@@ -242,55 +279,24 @@ void LayerNormRows(const RowJob& j, int64_t r0, int64_t r1) {
 
 XK_HOST_CLONES
 void SoftmaxRows(const RowJob& j, int64_t r0, int64_t r1) {
-  const int64_t cols = j.cols;
-  const float scale = j.scale;
-  float* __restrict x = Buffer(kRow, cols);
+  float* x = Buffer(kRow, j.cols);
   for (int64_t r = r0; r < r1; ++r) {
-    ReadRow(j.in, r, 0, cols, x);
-    const float m = Max(cols, [x, scale](int64_t c) { return x[c] *= scale; });
-    if (m == -std::numeric_limits<float>::infinity()) {  // a row of -inf has no mass: zeros, as
-      StoreRow(j.out, r, 0, cols, [](int64_t) { return 0.f; });  // on the GPU
-      continue;
+    if (j.out.dtype == DType::kF32) {
+      SoftmaxRow<false>(j, x, r);
+    } else {
+      SoftmaxRow<true>(j, x, r);
     }
-    const float s = Sum(cols, [x, m](int64_t c) { return x[c] = vmath::Exp(x[c] - m); });
-    StoreRow(j.out, r, 0, cols, [x, s](int64_t c) { return x[c] / s; });
   }
 }
 
 XK_HOST_CLONES
 void ActAndMulItems(const RowJob& j, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
-    const Item it = ItemOf(i, j.cols);
-    switch (j.act) {
-      case Act::kSilu:
-        ActAndMulItem<Act::kSilu>(j, it);
-        break;
-      case Act::kGelu:
-        ActAndMulItem<Act::kGelu>(j, it);
-        break;
-      case Act::kGeluTanh:
-        ActAndMulItem<Act::kGeluTanh>(j, it);
-        break;
-    }
-  }
+  for (int64_t i = i0; i < i1; ++i) ForAct<ActAndMulItem>(j, ItemOf(i, j.cols));
 }
 
 XK_HOST_CLONES
 void BiasActItems(const RowJob& j, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
-    const Item it = ItemOf(i, j.cols);
-    switch (j.act) {
-      case Act::kSilu:
-        BiasActItem<Act::kSilu>(j, it);
-        break;
-      case Act::kGelu:
-        BiasActItem<Act::kGelu>(j, it);
-        break;
-      case Act::kGeluTanh:
-        BiasActItem<Act::kGeluTanh>(j, it);
-        break;
-    }
-  }
+  for (int64_t i = i0; i < i1; ++i) ForAct<BiasActItem>(j, ItemOf(i, j.cols));
 }
 
 XK_HOST_CLONES
