@@ -37,7 +37,8 @@ inline void CpuRelax() {
 #endif
 }
 
-// Spins until done() or kSpin has passed; returns done().
+// Spins until done() or kSpin has passed; returns done(). Yields now and then: when the thread it
+// waits for shares its CPU (the other CPUs busy with other work), that thread then runs.
 template <class F>
 bool SpinUntil(F done) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
@@ -47,6 +48,7 @@ bool SpinUntil(F done) {
       CpuRelax();
     }
     if (std::chrono::steady_clock::now() >= until) return done();
+    std::this_thread::yield();
   }
 }
 
