@@ -60,6 +60,30 @@ def test_gpu_short_name(name, short):
     assert bench.gpu_short_name(name) == short
 
 
+@pytest.mark.parametrize("model,short", [
+    ("AMD EPYC 7763 64-Core Processor", "epyc-7763"), ("AMD EPYC", "epyc"),
+    ("Intel(R) Xeon(R) Platinum 8480C", "xeon-platinum-8480c"),
+    ("Intel(R) Core(TM) i9-13900K CPU @ 3.00GHz", "core-i9-13900k"), ("", "cpu"),
+])
+def test_cpu_short_name(model, short):
+    assert bench.cpu_short_name(model) == short
+
+
+def test_cpu_info_reads_the_first_processor():
+    text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+            "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f\n\n"
+            "processor\t: 1\nmodel name\t: other\n")
+    assert bench.cpu_info(text, cpus=2) == {"model": "AMD EPYC", "family": 25, "model_id": 17,
+                                            "cpus": 2, "isa": "avx512"}
+    assert bench.cpu_info("model name : X\nflags : sse2 avx2", cpus=1)["isa"] == "avx2"
+    assert bench.cpu_info("", cpus=3)["cpus"] == 3
+
+
+def _host_file(family):
+    """DIR/<family>-cpu-<model>.jsonl: the host path's results file on this machine."""
+    return f"{family}-cpu-{bench.cpu_short_name(bench.cpu_info()['model'])}.jsonl"
+
+
 @pytest.mark.parametrize("uuid, card", [("2593c30e-dbea", "GPU-2593c30e-dbea"),
                                          ("GPU-2593c30e-dbea", "GPU-2593c30e-dbea"), ("", ""),
                                          (None, "")])
@@ -390,7 +414,7 @@ def test_cli_quick_host(family, capsys):
 @host_only
 def test_cli_out_jsonl(tmp_path, capsys):
     assert bench.main(["--quick", "--family", "softmax", "--out", str(tmp_path)]) == 0
-    path = tmp_path / "softmax-cpu.jsonl"
+    path = tmp_path / _host_file("softmax")
     (tmp_path / "stale").write_text("")
     recs = [json.loads(line) for line in path.read_text().splitlines()]
     assert recs[0]["op"] == "copy" and recs[0]["gbps"] > 0
@@ -398,7 +422,9 @@ def test_cli_out_jsonl(tmp_path, capsys):
     assert {i for _, _, i in impls} == {"xkernels", "torch"}
     for r in recs:
         assert REQUIRED <= r.keys(), r.keys()
-        assert r["dtype"] == "bf16" and r["device"] == "cpu" and isinstance(r["shape"], list)
+        assert r["dtype"] == "bf16" and isinstance(r["shape"], list)
+        assert r["device"] == r["cpu"]["model"] and r["cpu"]["cpus"] >= 1
+        assert r["cpu"]["torch_threads"] >= 1 and r["cpu"]["xkernels_threads"] >= 1
         assert r["versions"]["xkernels"] and r["date"]
     # a second run truncates the file first
     assert bench.main(["--quick", "--family", "softmax", "--out", str(tmp_path),
@@ -411,7 +437,8 @@ def test_cli_out_jsonl(tmp_path, capsys):
 @host_only
 def test_cli_overhead(tmp_path, capsys):
     assert bench.main(["--quick", "--family", "overhead", "--out", str(tmp_path)]) == 0
-    recs = [json.loads(line) for line in (tmp_path / "overhead-cpu.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (tmp_path / _host_file("overhead")).read_text()
+            .splitlines()]
     assert [r["impl"] for r in recs] == ["xkernels", "xkernels (dispatcher)", "torch"]
     for r in recs:
         assert r["host_us"] > 0 and r["gbps"] is None and r["ms"] == pytest.approx(
@@ -474,7 +501,7 @@ def test_console_script_and_run_py(tmp_path):
                         "--impls", "xkernels", "--out", str(tmp_path)],
                        check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "softmax-cpu.jsonl").exists()  # a later --out wins over run.py's
+    assert (tmp_path / _host_file("softmax")).exists()  # a later --out wins over run.py's
 
 
 @host_only
@@ -509,7 +536,8 @@ def test_cli_adapters_host(tmp_path, capsys):
     for fw in ("torch", "jax", "numpy"):
         assert f"  {fw} " in out.split("skipped")[0]  # its path is shown
     assert "skipped: cupy" in out
-    recs = [json.loads(line) for line in (tmp_path / "adapters-cpu.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (tmp_path / _host_file("adapters")).read_text()
+            .splitlines()]
     for r in recs:
         assert ADAPTER_KEYS <= r.keys(), r.keys()
         assert r["ms"] > 0 and r["device"] == "cpu" and r["versions"]["xkernels"]
@@ -536,7 +564,8 @@ def test_cli_adapters_one_framework_and_a_wrong_result(monkeypatch, tmp_path, ca
     assert bench.main(["--framework", "numpy", "--quick", "--out", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "xkernels FAILED" in out and "CHECK FAILED" in out
-    recs = [json.loads(line) for line in (tmp_path / "adapters-cpu.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (tmp_path / _host_file("adapters")).read_text()
+            .splitlines()]
     assert {r["framework"] for r in recs} == {"numpy"}
 
 
@@ -889,7 +918,7 @@ def test_cli_attention_quick_host(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("xkernels bench: no GPU") and "HOST path" in out
     assert "vs cp.async" in out and out.rstrip().splitlines()[-1].startswith("decode b=4")
-    path = tmp_path / "attention-cpu.jsonl"
+    path = tmp_path / _host_file("attention")
     recs = [json.loads(line) for line in path.read_text().splitlines()]
     assert recs[0]["op"] == "copy"
     cases = {c.label: c for c in ba.select_cases(quick=True, gpu=False)}
@@ -899,7 +928,7 @@ def test_cli_attention_quick_host(tmp_path, capsys):
                      (dec, "torch sdpa (contiguous)")}
     for r in recs[1:]:
         assert ATTN_KEYS <= r.keys(), r.keys()
-        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == "cpu", r
+        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == r["cpu"]["model"], r
         c = cases[r["case"]]
         assert r["shape"] == list(c.q_shape) and r["op"] == c.op
         if c.kind == "prefill":
@@ -1331,13 +1360,14 @@ def test_cli_gemm_quick_host(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("xkernels bench: no GPU") and "HOST path" in out
     assert "vs fp32 acc" in out and out.rstrip().splitlines()[-1].startswith("quantize bf16")
-    recs = [json.loads(line) for line in (tmp_path / "gemm-cpu.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (tmp_path / _host_file("gemm")).read_text()
+            .splitlines()]
     assert recs[0]["op"] == "copy"
     cases = {c.label for c in bg.select_cases(quick=True, gpu=False)}
     assert {r["case"] for r in recs[1:]} == cases
     for r in recs[1:]:
         assert GEMM_KEYS <= r.keys(), r.keys()
-        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == "cpu", r
+        assert r["check"] == "ok" and r["ms"] > 0 and r["device"] == r["cpu"]["model"], r
 
 
 @host_only

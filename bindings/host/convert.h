@@ -1,6 +1,6 @@
 // Conversions between float and the 16-bit float types, and whole-row loads and stores, shared by
-// the host implementations (ops.cc, attention.cc). Plain C++: rounding is to nearest even, and the
-// bfloat16 conversions are branch-free so that the kLanes blocks below vectorize at -O2.
+// the host implementations (ops.cc, attention.cc, gemm.cc). Plain C++: rounding is to nearest
+// even, and the 16-bit conversions are branch-free so that the kLanes blocks below vectorize.
 #ifndef XKERNELS_BINDINGS_HOST_CONVERT_H_
 #define XKERNELS_BINDINGS_HOST_CONVERT_H_
 
@@ -11,18 +11,21 @@
 
 #include "host/ops.h"
 
-// With GCC on x86-64 glibc, an entry point with this attribute also gets an AVX2 clone (no FMA),
-// picked at load time: the same arithmetic in the same order, so the same results.
+// With GCC on x86-64 glibc, a function with this attribute also gets x86-64-v3 (AVX2, FMA, F16C)
+// and x86-64-v4 (AVX-512) clones, picked at load time. -ffp-contract=off (jit.py) keeps any clone
+// from fusing a multiply and an add that the source does not, and std::fma rounds once in all of
+// them: the same arithmetic in the same order, so the same results.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
     !defined(XKERNELS_HOST_NO_CLONES)
-#define XK_HOST_CLONES __attribute__((target_clones("avx2", "default"), flatten))
+#define XK_HOST_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
 #else
 #define XK_HOST_CLONES
 #endif
 
 namespace xkernels::host {
 
-// Elements per block of the per-element loops: a fixed trip count, which GCC vectorizes at -O2.
+// Elements per block of the per-element loops: a fixed trip count, which GCC vectorizes.
 constexpr int64_t kLanes = 16;
 
 inline float BitsToFloat(uint32_t u) {
@@ -50,26 +53,27 @@ inline uint16_t FloatToBf16(float f) {  // round to nearest even; NaN stays NaN 
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
+// Branch-free, so that the kLanes blocks vectorize: both outcomes computed, one selected.
 inline float F16ToFloat(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  if (exp == 0x1f) return BitsToFloat(sign | 0x7f800000u | (man << 13));  // inf, NaN
-  if (exp == 0) {  // zero, subnormal: man * 2^-24
-    const float v = std::ldexp(static_cast<float>(man), -24);
-    return sign ? -v : v;
-  }
-  return BitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
+  const uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;  // em: exponent and mantissa
+  const uint32_t normal = (em << 13) + (112u << 23);            // rebias 15 -> 127
+  const uint32_t inf_nan = (em << 13) | 0x7f800000u;
+  // zero, subnormal: em * 2^-24, exact in float
+  const uint32_t sub = FloatToBits(static_cast<float>(static_cast<int32_t>(em)) * 5.9604645e-8f);
+  const uint32_t bits = em < 0x400u ? sub : (em >= 0x7c00u ? inf_nan : normal);
+  return BitsToFloat(sign | bits);
 }
-inline uint16_t FloatToF16(float f) {  // round to nearest even
-  const uint32_t u = FloatToBits(f), sign = (u >> 16) & 0x8000u;
-  const float a = std::fabs(f);
-  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00);
-  if (a >= 65520.f) return static_cast<uint16_t>(sign | 0x7c00);  // overflows to inf
-  if (a < 6.103515625e-05f) {  // subnormal range: multiples of 2^-24
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.f)));
-  }
-  const uint32_t ua = FloatToBits(a);
-  const uint32_t rounded = ua + 0xfff + ((ua >> 13) & 1);
-  return static_cast<uint16_t>(sign | (((rounded >> 23) - 112) << 10) | ((rounded >> 13) & 0x3ff));
+inline uint16_t FloatToF16(float f) {  // round to nearest even; branch-free as F16ToFloat
+  const uint32_t u = FloatToBits(f), sign = (u >> 16) & 0x8000u, ua = u & 0x7fffffffu;
+  // normal: rebias 127 -> 15 and round off 13 bits (a carry moves into the exponent)
+  const uint32_t normal = (ua - (112u << 23) + 0xfffu + ((ua >> 13) & 1u)) >> 13;
+  // below 2^-14, multiples of 2^-24: 0.5 + |f| rounds to one (0.5's ulp is 2^-24), and
+  // 2^-14 itself comes out as 0x400, the smallest normal
+  const uint32_t sub = FloatToBits(BitsToFloat(ua) + 0.5f) - 0x3f000000u;
+  uint32_t h = ua < 0x38800000u ? sub : normal;
+  h = ua >= 0x477ff000u ? 0x7c00u : h;  // from 65520 up (inf too): overflows to inf
+  h = ua > 0x7f800000u ? 0x7e00u : h;   // NaN
+  return static_cast<uint16_t>(sign | h);
 }
 
 // float8 e4m3fn (the OCP FP8 E4M3 of H100's tensor cores): sign, 4 exponent bits of bias 7, 3
@@ -118,6 +122,8 @@ inline void LoadFloats(const char* __restrict p, DType t, int64_t n, float* __re
       for (; c < n; ++c) dst[c] = Bf16ToFloat(Load16(p + 2 * c));
       return;
     case DType::kF16:
+      for (; c + kLanes <= n; c += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) dst[c + j] = F16ToFloat(Load16(p + 2 * (c + j)));
       for (; c < n; ++c) dst[c] = F16ToFloat(Load16(p + 2 * c));
       return;
   }
@@ -146,6 +152,8 @@ inline void StoreFloats(char* __restrict p, DType t, int64_t n, F f) {
       for (; c < n; ++c) Store16(p + 2 * c, FloatToBf16(f(c)));
       return;
     case DType::kF16:
+      for (; c + kLanes <= n; c += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) Store16(p + 2 * (c + j), FloatToF16(f(c + j)));
       for (; c < n; ++c) Store16(p + 2 * c, FloatToF16(f(c)));
       return;
   }

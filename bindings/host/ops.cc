@@ -1,24 +1,39 @@
 // Host implementations: short and plain C++. Rows are read into floats and written back rounded to
 // the dtype (one dtype switch per row); arithmetic is float, as on the GPU.
 //
-// Fast at the -O2 the modules are built with: per-element loops run over blocks of kLanes elements
-// (a fixed trip count, which GCC vectorizes at -O2) and then a scalar tail, through __restrict
-// pointers (our float buffers never alias a tensor); sums keep kLanes partial sums, added pairwise
-// at the end (no chain of dependent adds); the conversions (convert.h) are branch-free for
-// bfloat16. With GCC on x86-64 glibc every entry point also gets an AVX2 clone (XK_HOST_CLONES, no
-// FMA), picked at load time: the same arithmetic in the same order, so the same results (a NaN's
-// sign aside).
+// Fast the way CPU libraries are (built with -O3 -fno-trapping-math -ffp-contract=off, jit.py):
+// - Threads (parallel.h): rows, or for the elementwise ops (row, column chunk) items, split over
+//   the CPUs the process may use. Each item is computed alone, so the bits do not depend on the
+//   split or the thread count; calls below ~64K elements per thread stay on the caller's thread.
+// - Vectorized loops: per-element work runs over blocks of kLanes elements (a fixed trip count)
+//   and then a scalar tail, through __restrict pointers; sums and maxima keep kLanes partial
+//   results, combined pairwise at the end. The fp16/bf16 conversions (convert.h), exp and the
+//   normal CDF (vmath.h) are branch-free, so they vectorize with the rest: no libm call and no
+//   double per element.
+// - ISA clones: with GCC on x86-64 glibc every entry point and range of rows also gets x86-64-v3
+//   (AVX2, FMA) and x86-64-v4 (AVX-512) clones, picked at load time (XK_HOST_CLONES): the same
+//   arithmetic in the same order, so the same results.
+// - No allocation per call: rows and columns go through per-thread buffers that are kept; the
+//   elementwise ops work in blocks of kBlock floats on the stack.
 #include "host/ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
+#include <vector>
 
 #include "host/convert.h"
+#include "host/parallel.h"
+#include "host/vmath.h"
 
 namespace xkernels::host {
 namespace {
+
+// Floats per block of the elementwise ops (on the stack; a multiple of kLanes).
+constexpr int64_t kBlock = 1024;
+// Columns per item of the elementwise ops: long rows are cut into chunks of this many, so that a
+// few rows (or one flat tensor) still fill the threads.
+constexpr int64_t kChunk = 4 * kBlock;
 
 char* Addr(const Mat& m, int64_t r, int64_t c) {
   return static_cast<char*>(m.data) +
@@ -30,70 +45,85 @@ void ReadRow(const Mat& m, int64_t r, int64_t c0, int64_t cols, float* __restric
   LoadFloats(Addr(m, r, c0), m.dtype, cols, dst);
 }
 
-// Stores f(0), ..., f(n - 1) to row r, each rounded to the row's dtype.
+// Stores f(0), ..., f(n - 1) to row r from column c0, each rounded to the row's dtype.
 template <class F>
-void StoreRow(const Mat& m, int64_t r, int64_t n, F f) {
-  StoreFloats(Addr(m, r, 0), m.dtype, n, f);
+void StoreRow(const Mat& m, int64_t r, int64_t c0, int64_t n, F f) {
+  StoreFloats(Addr(m, r, c0), m.dtype, n, f);
 }
 
 // Rounds v[0, n) to the storage type of row r and stores it. With `keep`, v is then overwritten
 // with the stored values (what a later read of the row gives).
 void WriteRow(const Mat& m, int64_t r, float* __restrict v, int64_t n, bool keep = false) {
-  StoreRow(m, r, n, [v](int64_t i) { return v[i]; });
+  StoreRow(m, r, 0, n, [v](int64_t i) { return v[i]; });
   if (keep && m.dtype != DType::kF32) ReadRow(m, r, 0, n, v);
 }
 
-// Lane-wise partial sums of f(i) over [0, n), added pairwise at the end.
-template <class F>
-inline float Sum(int64_t n, F f) {
-  float acc[kLanes] = {};
+// Lane-wise partial results of f(i) over [0, n), combined by op pairwise at the end.
+template <class F, class Op>
+inline float Reduce(int64_t n, float init, F f, Op op) {
+  float acc[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) acc[j] = init;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-#pragma GCC unroll 16  // kLanes: acc then lives in registers
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+    // Not unrolled: GCC then vectorizes this loop over acc (in registers) for max as for sum;
+    // unrolled, acc becomes kLanes scalars, and only a sum is put back into vectors.
+#pragma GCC unroll 1
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] = op(acc[j], f(i + j));
   }
-  for (int64_t j = 0; i < n; ++i, ++j) acc[j] += f(i);
+  for (int64_t j = 0; i < n; ++i, ++j) acc[j] = op(acc[j], f(i));
   for (int64_t w = kLanes / 2; w > 0; w /= 2)
-    for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+    for (int64_t j = 0; j < w; ++j) acc[j] = op(acc[j], acc[j + w]);
   return acc[0];
+}
+
+template <class F>
+inline float Sum(int64_t n, F f) {
+  return Reduce(n, 0.f, f, [](float a, float b) { return a + b; });
+}
+
+// NaNs are passed over (as std::max(acc, v) does).
+template <class F>
+inline float Max(int64_t n, F f) {
+  return Reduce(n, -std::numeric_limits<float>::infinity(), f,
+                [](float a, float b) { return a < b ? b : a; });
 }
 
 float SumOfSquares(const float* __restrict x, int64_t n) {
   return Sum(n, [x](int64_t i) { return x[i] * x[i]; });
 }
 
-float Activate(float x, Act act) {
-  switch (act) {
-    case Act::kSilu:
-      return x / (1.f + std::exp(-x));
-    case Act::kGelu:
-      return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
-    case Act::kGeluTanh:
-      return 0.5f * x * (1.f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-  }
-  return x;
+// The activations as x times a gate: silu x / (1 + e^-x); gelu_tanh's 0.5 x (1 + tanh(u)) as
+// x / (1 + e^(-2u)) (the same function, without tanh's cancellation for x < 0); gelu x Phi(x).
+// Where e^-x overflows (x < -88.7) the gates give -0 for values below 1e-37. kFast (16-bit
+// outputs): vmath's shorter polynomials.
+template <Act A, bool kFast>
+inline float Activate(float x) {
+  if constexpr (A == Act::kSilu) return x / (1.f + vmath::Exp<kFast>(-x));
+  if constexpr (A == Act::kGelu) return x * vmath::NormalCdf<kFast>(x);
+  // 2u = 2 sqrt(2 / pi) (x + 0.044715 x^3)
+  return x / (1.f + vmath::Exp<kFast>(-x * (1.5957691216057308f + 0.0713548162726009f * (x * x))));
 }
 
-// A row's floats, uninitialised: rows are read into one first, so that outputs may alias inputs.
-class Floats {
- public:
-  explicit Floats(int64_t n) : p_(new float[static_cast<size_t>(n)]) {}
-  float* data() { return p_.get(); }
-  const float* data() const { return p_.get(); }
-  float& operator[](int64_t i) { return p_[i]; }
-  float operator[](int64_t i) const { return p_[i]; }
-
- private:
-  std::unique_ptr<float[]> p_;
-};
+// Per-thread float buffers, grown as needed and kept: rows are read into one first (so that outputs
+// may alias inputs), and columns converted into one, at no allocation per call (a fresh buffer of
+// more than 128 KiB is an mmap and its page faults on every call: a 1x57344 layernorm took 0.16 ms,
+// 0.04 with a kept buffer). Slots 0 and 1 hold rows, 2 and 3 the caller's columns, which the
+// workers read while the caller runs ranges too.
+enum Slot { kRow, kRow2, kColumn, kColumn2, kSlots };
+float* Buffer(Slot slot, int64_t n) {
+  thread_local std::vector<float> buffers[kSlots];
+  std::vector<float>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
 
 // A [cols] weight or bias as floats (`fill` where there is none).
-Floats Column(const Mat& m, int64_t cols, float fill = 0.f) {
-  Floats v(cols);
+const float* Column(const Mat& m, int64_t cols, Slot slot, float fill = 0.f) {
+  float* v = Buffer(slot, cols);
   if (m.data) {
-    ReadRow(m, 0, 0, cols, v.data());
+    ReadRow(m, 0, 0, cols, v);
   } else {
-    std::fill(v.data(), v.data() + cols, fill);
+    std::fill(v, v + cols, fill);
   }
   return v;
 }
@@ -102,108 +132,236 @@ Floats Column(const Mat& m, int64_t cols, float fill = 0.f) {
 void RMSNormRow(const Mat& out, const float* __restrict x, const float* __restrict w, int64_t r,
                 int64_t cols, float eps, float offset) {
   const float inv = 1.f / std::sqrt(SumOfSquares(x, cols) / static_cast<float>(cols) + eps);
-  StoreRow(out, r, cols, [=](int64_t c) { return x[c] * inv * (offset + w[c]); });
+  StoreRow(out, r, 0, cols, [=](int64_t c) { return x[c] * inv * (offset + w[c]); });
+}
+
+// Row r of out <- (x - mean) * rsqrt(var + eps) * w + b.
+void LayerNormRow(const Mat& out, const float* __restrict x, const float* __restrict w,
+                  const float* __restrict b, int64_t r, int64_t cols, float eps) {
+  const float mean = Sum(cols, [x](int64_t i) { return x[i]; }) / static_cast<float>(cols);
+  const float var = Sum(cols, [x, mean](int64_t i) { return (x[i] - mean) * (x[i] - mean); });
+  const float inv = 1.f / std::sqrt(var / static_cast<float>(cols) + eps);
+  StoreRow(out, r, 0, cols, [=](int64_t c) { return (x[c] - mean) * inv * w[c] + b[c]; });
+}
+
+// What a range of rows (or items) needs: the op's arguments, its columns as floats.
+struct RowJob {
+  Mat out, out2, in, in2, in3;
+  const float* w = nullptr;
+  const float* b = nullptr;
+  int64_t cols = 0;
+  float eps = 0.f, offset = 0.f, scale = 1.f;
+  Act act = Act::kSilu;
+};
+
+// The elementwise ops' items: row r's columns [c0, c1).
+struct Item {
+  int64_t r, c0, c1;
+};
+Item ItemOf(int64_t i, int64_t cols) {
+  const int64_t chunks = (cols + kChunk - 1) / kChunk;
+  const int64_t c0 = i % chunks * kChunk;
+  return {i / chunks, c0, std::min(cols, c0 + kChunk)};
+}
+int64_t Items(int64_t rows, int64_t cols) { return rows * ((cols + kChunk - 1) / kChunk); }
+
+// The elementwise ops' rows of items from ParallelFor: items cost about kChunk * `per_elem`.
+template <class F>
+void ForItems(int64_t rows, int64_t cols, int64_t per_elem, const F& f) {
+  const int64_t items = Items(rows, cols);
+  ParallelFor(items, std::min(cols, kChunk) * per_elem, f);
+}
+
+// Work per element, in units of a plain read or write (parallel.h's kMinWorkPerThread): a
+// transcendental gate costs about as much as 4 of them vectorized.
+constexpr int64_t kGateCost = 4;
+
+template <Act A, bool kFast>
+struct ActAndMulItem {
+  static void Run(const RowJob& j, const Item& it) {
+    const int64_t d = j.cols;
+    float x[kBlock], y[kBlock];
+    for (int64_t c = it.c0; c < it.c1; c += kBlock) {
+      const int64_t n = std::min(kBlock, it.c1 - c);
+      ReadRow(j.in, it.r, c, n, x);
+      ReadRow(j.in, it.r, d + c, n, y);
+      StoreRow(j.out, it.r, c, n, [&x, &y](int64_t k) { return Activate<A, kFast>(x[k]) * y[k]; });
+    }
+  }
+};
+
+template <Act A, bool kFast>
+struct BiasActItem {
+  static void Run(const RowJob& j, const Item& it) {
+    float x[kBlock];
+    for (int64_t c = it.c0; c < it.c1; c += kBlock) {
+      const int64_t n = std::min(kBlock, it.c1 - c);
+      ReadRow(j.in, it.r, c, n, x);
+      if (j.b) {
+        const float* __restrict b = j.b + c;
+        StoreRow(j.out, it.r, c, n, [&x, b](int64_t k) { return Activate<A, kFast>(x[k] + b[k]); });
+      } else {
+        StoreRow(j.out, it.r, c, n, [&x](int64_t k) { return Activate<A, kFast>(x[k]); });
+      }
+    }
+  }
+};
+
+// Row r of out <- softmax(scale * x), x read into a buffer; kFast for 16-bit outputs.
+template <bool kFast>
+void SoftmaxRow(const RowJob& j, float* __restrict x, int64_t r) {
+  const int64_t cols = j.cols;
+  const float scale = j.scale;
+  ReadRow(j.in, r, 0, cols, x);
+  const float m = Max(cols, [x, scale](int64_t c) { return x[c] *= scale; });
+  if (m == -std::numeric_limits<float>::infinity()) {  // a row of -inf has no mass: zeros, as on
+    StoreRow(j.out, r, 0, cols, [](int64_t) { return 0.f; });  // the GPU
+    return;
+  }
+  const float s = Sum(cols, [x, m](int64_t c) { return x[c] = vmath::Exp<kFast>(x[c] - m); });
+  const float inv = 1.f / s;
+  StoreRow(j.out, r, 0, cols, [x, inv](int64_t c) { return x[c] * inv; });
+}
+
+// Item<A, kFast>(j, it) for the job's activation, kFast for 16-bit outputs.
+template <template <Act, bool> class Item_>
+inline void ForAct(const RowJob& j, const Item& it) {
+  const bool fast = j.out.dtype != DType::kF32;
+  switch (j.act) {
+    case Act::kSilu:
+      return fast ? Item_<Act::kSilu, true>::Run(j, it) : Item_<Act::kSilu, false>::Run(j, it);
+    case Act::kGelu:
+      return fast ? Item_<Act::kGelu, true>::Run(j, it) : Item_<Act::kGelu, false>::Run(j, it);
+    case Act::kGeluTanh:
+      return fast ? Item_<Act::kGeluTanh, true>::Run(j, it)
+                  : Item_<Act::kGeluTanh, false>::Run(j, it);
+  }
 }
 
 }  // namespace
 
+// The ranges ParallelFor hands out: [r0, r1) rows, or [i0, i1) items. Cloned (not the lambdas
+// that call them), so that every thread runs the clone of the CPU.
+XK_HOST_CLONES
+void RMSNormRows(const RowJob& j, int64_t r0, int64_t r1) {
+  float* x = Buffer(kRow, j.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    ReadRow(j.in, r, 0, j.cols, x);
+    RMSNormRow(j.out, x, j.w, r, j.cols, j.eps, j.offset);
+  }
+}
+
+XK_HOST_CLONES
+void FusedAddRMSNormRows(const RowJob& j, int64_t r0, int64_t r1) {
+  const int64_t cols = j.cols;
+  float* __restrict x = Buffer(kRow, cols);
+  float* __restrict rv = Buffer(kRow2, cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    ReadRow(j.in, r, 0, cols, x);
+    ReadRow(j.in2, r, 0, cols, rv);
+    int64_t c = 0;
+    for (; c + kLanes <= cols; c += kLanes)
+      for (int64_t k = 0; k < kLanes; ++k) x[c + k] += rv[c + k];
+    for (; c < cols; ++c) x[c] += rv[c];
+    WriteRow(j.out2, r, x, cols, /*keep=*/true);  // x now holds the rounded sum
+    RMSNormRow(j.out, x, j.w, r, cols, j.eps, j.offset);
+  }
+}
+
+XK_HOST_CLONES
+void LayerNormRows(const RowJob& j, int64_t r0, int64_t r1) {
+  float* x = Buffer(kRow, j.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    ReadRow(j.in, r, 0, j.cols, x);
+    LayerNormRow(j.out, x, j.w, j.b, r, j.cols, j.eps);
+  }
+}
+
+XK_HOST_CLONES
+void SoftmaxRows(const RowJob& j, int64_t r0, int64_t r1) {
+  float* x = Buffer(kRow, j.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (j.out.dtype == DType::kF32) {
+      SoftmaxRow<false>(j, x, r);
+    } else {
+      SoftmaxRow<true>(j, x, r);
+    }
+  }
+}
+
+XK_HOST_CLONES
+void ActAndMulItems(const RowJob& j, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) ForAct<ActAndMulItem>(j, ItemOf(i, j.cols));
+}
+
+XK_HOST_CLONES
+void BiasActItems(const RowJob& j, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) ForAct<BiasActItem>(j, ItemOf(i, j.cols));
+}
+
+XK_HOST_CLONES
+void MulAddItems(const RowJob& j, int64_t i0, int64_t i1) {
+  float a[kBlock], b[kBlock], c[kBlock];
+  for (int64_t i = i0; i < i1; ++i) {
+    const Item it = ItemOf(i, j.cols);
+    for (int64_t c0 = it.c0; c0 < it.c1; c0 += kBlock) {
+      const int64_t n = std::min(kBlock, it.c1 - c0);
+      ReadRow(j.in, it.r, c0, n, a);
+      ReadRow(j.in2, it.r, c0, n, b);
+      ReadRow(j.in3, it.r, c0, n, c);
+      StoreRow(j.out, it.r, c0, n, [&](int64_t k) { return std::fma(a[k], b[k], c[k]); });
+    }
+  }
+}
+
 XK_HOST_CLONES
 void RMSNorm(Mat out, Mat in, Mat weight, int64_t rows, int64_t cols, float eps,
              float weight_offset) {
-  const Floats w = Column(weight, cols);
-  Floats x(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(in, r, 0, cols, x.data());
-    RMSNormRow(out, x.data(), w.data(), r, cols, eps, weight_offset);
-  }
+  const float* w = Column(weight, cols, kColumn);
+  const RowJob j{out, {}, in, {}, {}, w, nullptr, cols, eps, weight_offset};
+  ParallelFor(rows, 2 * cols, [&j](int64_t r0, int64_t r1) { RMSNormRows(j, r0, r1); });
 }
 
 XK_HOST_CLONES
 void FusedAddRMSNorm(Mat out, Mat residual_out, Mat in, Mat residual, Mat weight, int64_t rows,
                      int64_t cols, float eps, float weight_offset) {
-  const Floats w = Column(weight, cols);
-  Floats xs(cols), res(cols);
-  float* __restrict x = xs.data();
-  float* __restrict rv = res.data();
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(in, r, 0, cols, x);
-    ReadRow(residual, r, 0, cols, rv);
-    int64_t c = 0;
-    for (; c + kLanes <= cols; c += kLanes)
-      for (int64_t j = 0; j < kLanes; ++j) x[c + j] += rv[c + j];
-    for (; c < cols; ++c) x[c] += rv[c];
-    WriteRow(residual_out, r, x, cols, /*keep=*/true);  // x now holds the rounded sum
-    RMSNormRow(out, x, w.data(), r, cols, eps, weight_offset);
-  }
+  const float* w = Column(weight, cols, kColumn);
+  const RowJob j{out, residual_out, in, residual, {}, w, nullptr, cols, eps, weight_offset};
+  ParallelFor(rows, 4 * cols, [&j](int64_t r0, int64_t r1) { FusedAddRMSNormRows(j, r0, r1); });
 }
 
 XK_HOST_CLONES
 void LayerNorm(Mat out, Mat in, Mat weight, Mat bias, int64_t rows, int64_t cols, float eps) {
-  const Floats w = Column(weight, cols), b = Column(bias, cols);
-  Floats xs(cols);
-  float* __restrict x = xs.data();
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(in, r, 0, cols, x);
-    const float mean = Sum(cols, [x](int64_t i) { return x[i]; }) / static_cast<float>(cols);
-    const float var = Sum(cols, [x, mean](int64_t i) { return (x[i] - mean) * (x[i] - mean); });
-    const float inv = 1.f / std::sqrt(var / static_cast<float>(cols) + eps);
-    const float* __restrict wv = w.data();
-    const float* __restrict bv = b.data();
-    StoreRow(out, r, cols, [=](int64_t c) { return (x[c] - mean) * inv * wv[c] + bv[c]; });
-  }
+  const float* w = Column(weight, cols, kColumn);
+  const float* b = Column(bias, cols, kColumn2);
+  const RowJob j{out, {}, in, {}, {}, w, b, cols, eps};
+  ParallelFor(rows, 2 * cols, [&j](int64_t r0, int64_t r1) { LayerNormRows(j, r0, r1); });
 }
 
 XK_HOST_CLONES
 void Softmax(Mat out, Mat in, int64_t rows, int64_t cols, float scale) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  Floats xs(cols);
-  float* const x = xs.data();
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(in, r, 0, cols, x);
-    float m = kNegInf, s = 0.f;
-    for (int64_t c = 0; c < cols; ++c) m = std::max(m, x[c] *= scale);
-    if (m == kNegInf) {  // a row of -inf has no mass: zeros, as on the GPU
-      std::fill(x, x + cols, 0.f);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) s += (x[c] = std::exp(x[c] - m));
-      for (int64_t c = 0; c < cols; ++c) x[c] /= s;
-    }
-    WriteRow(out, r, x, cols);
-  }
+  const RowJob j{out, {}, in, {}, {}, nullptr, nullptr, cols, 0.f, 0.f, scale};
+  ParallelFor(rows, (2 + kGateCost) * cols,
+              [&j](int64_t r0, int64_t r1) { SoftmaxRows(j, r0, r1); });
 }
 
 XK_HOST_CLONES
 void ActAndMul(Mat out, Mat in, int64_t rows, int64_t d, Act act) {
-  Floats x(d), y(d);
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(in, r, 0, d, x.data());
-    ReadRow(in, r, d, d, y.data());
-    for (int64_t c = 0; c < d; ++c) x[c] = Activate(x[c], act) * y[c];
-    WriteRow(out, r, x.data(), d);
-  }
+  const RowJob j{out, {}, in, {}, {}, nullptr, nullptr, d, 0.f, 0.f, 1.f, act};
+  ForItems(rows, d, 3 + kGateCost, [&j](int64_t i0, int64_t i1) { ActAndMulItems(j, i0, i1); });
 }
 
 XK_HOST_CLONES
 void BiasAct(Mat out, Mat in, Mat bias, int64_t rows, int64_t cols, Act act) {
-  const Floats b = Column(bias, cols);
-  Floats x(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(in, r, 0, cols, x.data());
-    for (int64_t c = 0; c < cols; ++c) x[c] = Activate(x[c] + b[c], act);
-    WriteRow(out, r, x.data(), cols);
-  }
+  const float* b = bias.data ? Column(bias, cols, kColumn) : nullptr;
+  const RowJob j{out, {}, in, {}, {}, nullptr, b, cols, 0.f, 0.f, 1.f, act};
+  ForItems(rows, cols, 2 + kGateCost, [&j](int64_t i0, int64_t i1) { BiasActItems(j, i0, i1); });
 }
 
 XK_HOST_CLONES
 void MulAdd(Mat out, Mat a, Mat b, Mat c, int64_t rows, int64_t cols) {
-  Floats va(cols), vb(cols), vc(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    ReadRow(a, r, 0, cols, va.data());
-    ReadRow(b, r, 0, cols, vb.data());
-    ReadRow(c, r, 0, cols, vc.data());
-    for (int64_t k = 0; k < cols; ++k) va[k] = std::fma(va[k], vb[k], vc[k]);
-    WriteRow(out, r, va.data(), cols);
-  }
+  const RowJob j{out, {}, a, b, c, nullptr, nullptr, cols};
+  ForItems(rows, cols, 4, [&j](int64_t i0, int64_t i1) { MulAddItems(j, i0, i1); });
 }
 
 }  // namespace xkernels::host

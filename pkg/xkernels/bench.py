@@ -21,6 +21,7 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import os
 import re
 import signal
 import statistics
@@ -188,6 +189,44 @@ def gpu_short_name(name: str) -> str:
     if first.isalpha() and len(toks) > 1:  # "rtx 4090", "rtx a6000"
         first += re.sub(r"[^a-z0-9]", "", toks[1])
     return first or "gpu"
+
+
+def cpu_info(cpuinfo: str | None = None, cpus: int | None = None) -> dict[str, Any]:
+    """The host CPU, for the host path's rows: `model` (/proc/cpuinfo's model name), `family` and
+    `model_id` (x86's), `cpus` (the CPUs this process may run on: what the host ops' threads use
+    unless XKERNELS_HOST_THREADS says otherwise) and `isa` (the widest x86 vector ISA it has)."""
+    import platform
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n")[0].splitlines():  # the first processor
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    out: dict[str, Any] = {"model": fields.get("model name") or platform.processor() or "cpu"}
+    if "cpu family" in fields:
+        out["family"], out["model_id"] = int(fields["cpu family"]), int(fields.get("model", "0"))
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    out["cpus"] = cpus
+    isa = next((name for name, flag in (("avx512", "avx512f"), ("avx2", "avx2"), ("sse2", "sse2"))
+                if flag in flags), None)
+    if isa:
+        out["isa"] = isa
+    return out
+
+
+def cpu_short_name(model: str) -> str:
+    """'AMD EPYC 7763 64-Core Processor' -> 'epyc-7763'; 'Intel(R) Xeon(R) Platinum 8480C' ->
+    'xeon-platinum-8480c'; 'AMD EPYC' -> 'epyc' (what a KVM guest may show)."""
+    name = re.sub(r"\((r|tm)\)|@.*$|\d+-core|\bcpu\b|\bprocessor\b", " ", model.lower())
+    toks = [t for t in re.split(r"[^a-z0-9]+", name)
+            if t and t not in ("amd", "intel", "genuineintel", "authenticamd")]
+    return "-".join(toks) or "cpu"
 
 
 def host_shape(shape: tuple[int, ...], cap: int) -> tuple[int, ...]:
@@ -963,6 +1002,7 @@ class Context:
     groups: set[str]
     device: str = "cpu"
     card: str = ""  # the GPU's UUID: H100s of one name differ (benchmarks/README.md, Machines)
+    cpu: dict[str, Any] = field(default_factory=dict)  # host path: cpu_info() and the threads
     l2_bytes: int = 0
     peers: dict[str, Any] = field(default_factory=dict)  # name -> module, or the import error
     writer: Callable[[dict], None] | None = None
@@ -1084,6 +1124,18 @@ def _reference(op: str, attrs: dict, pristine: dict, idx: list[int], dtype):
     return ref if isinstance(ref, tuple) else (ref,)
 
 
+def rel_error(got, ref) -> float:
+    """||got - ref|| / ||ref|| (NumPy arrays) without BLAS: np.linalg.norm calls OpenBLAS, whose
+    threads then spin for ~0.1 s and took a core from the host path's timing that follows the
+    check (bf16 gelu_and_mul 36x28672 on 2 CPUs: 0.71 ms instead of 0.31)."""
+    import numpy as np
+
+    def l2(x):
+        return float(np.sqrt(np.sum(np.square(x))))
+
+    return l2(got - ref) / max(l2(ref), 1e-30)
+
+
 def compare(got: tuple, ref: tuple, idx: list[int], dtype_name: str) -> str | None:
     """None when every checked element is within the tolerance, else what is wrong."""
     import numpy as np
@@ -1103,7 +1155,7 @@ def compare(got: tuple, ref: tuple, idx: list[int], dtype_name: str) -> str | No
         if bad.any():
             return f"output {k}: {int(bad.sum())}/{bad.size} off, max err {err.max():.3g}"
         g, r = g[finite], r[finite]
-        rel = np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-30)
+        rel = rel_error(g, r)
         if rel > REL_TOL[dtype_name]:
             return f"output {k}: relative error {rel:.3g} > {REL_TOL[dtype_name]:g}"
     return None
@@ -1128,7 +1180,8 @@ def _row(ctx: Context, family: str, op: str, shape, impl: str, ms, nbytes, note=
     row = {"family": family, "op": op, "shape": list(shape), "dtype": ctx.dtype_name,
            "impl": impl, **({"form": f} if (f := impl_form(op, impl)) else {}), "ms": ms, "gbps": g,
            "pct_copy": (100.0 * g / ctx.copy_gbps) if g is not None and ctx.copy_gbps else None,
-           "device": ctx.device, **({"card": ctx.card} if ctx.card else {}), "date": ctx.date,
+           "device": ctx.device, **({"card": ctx.card} if ctx.card else {}),
+           **({"cpu": ctx.cpu} if ctx.cpu else {}), "date": ctx.date,
            "versions": ctx.versions, "note": note}
     row.update(kw)
     return row
@@ -1488,7 +1541,11 @@ def main(argv: list[str] | None = None) -> int:
               f"torch {torch.__version__}, {args.dtype}{', quick' if args.quick else ''}",
               flush=True)
     else:
-        ctx.device, short = "cpu", "cpu"
+        ctx.cpu = cpu_info()
+        ctx.cpu["torch_threads"] = torch.get_num_threads()
+        ctx.cpu["xkernels_threads"] = int(os.environ.get("XKERNELS_HOST_THREADS") or 0) or \
+            ctx.cpu["cpus"]
+        ctx.device, short = ctx.cpu["model"], f"cpu-{cpu_short_name(ctx.cpu['model'])}"
         if not explicit:
             ctx.groups = {"xkernels", "torch"}
         dropped = sorted(ctx.groups & set(PEERS))
@@ -1497,6 +1554,11 @@ def main(argv: list[str] | None = None) -> int:
               "on CPU tensors at small shapes, timed with time.perf_counter medians; "
               "these are not GPU numbers"
               + (f" (skipped, CUDA only: {', '.join(dropped)})" if dropped else ""), flush=True)
+        c = ctx.cpu
+        print(f"host: {c['model']}" + (f" (family {c['family']} model {c['model_id']})"
+                                        if "family" in c else "")
+              + f", {c['cpus']} CPUs, {c.get('isa', '?')}; threads: xkernels "
+              f"{c['xkernels_threads']}, torch {c['torch_threads']}", flush=True)
 
     torch.manual_seed(0)
     ctx.sweep = sweep_cases is not None

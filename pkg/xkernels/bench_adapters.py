@@ -379,7 +379,7 @@ def check_rows(op: str, fw: Framework, ins: list, out, dtype: str) -> str | None
     err = np.abs(got - ref)
     if (err > atol + rtol * np.abs(ref)).any():
         return f"max error {err.max():.3g}"
-    rel = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+    rel = bench.rel_error(got, ref)
     return f"relative error {rel:.3g}" if rel > bench.REL_TOL[dtype] else None
 
 
@@ -616,7 +616,9 @@ def main(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        run.path = out / f"adapters-{bench.gpu_short_name(device) if gpu else 'cpu'}.jsonl"
+        short = (bench.gpu_short_name(device) if gpu
+                 else f"cpu-{bench.cpu_short_name(bench.cpu_info()['model'])}")
+        run.path = out / f"adapters-{short}.jsonl"
         run.path.write_text("")
     from . import jit
 

@@ -580,8 +580,6 @@ def checked_rows(case: Case, got, sel: list[int]):
 def check(case: Case, got, sel: list[int], ref, dtype_name: str) -> str | None:
     """None when the checked rows are right: bench.compare's elementwise bound (bf16: |err| <=
     2e-2 + 2e-2 |ref|) and ||err|| / ||ref|| <= REL_TOL; else what is wrong."""
-    import numpy as np
-
     if tuple(got.shape) != case.q_shape:
         return f"output shape {tuple(got.shape)}, expected {case.q_shape}"
     rows = checked_rows(case, got, sel)
@@ -589,7 +587,7 @@ def check(case: Case, got, sel: list[int], ref, dtype_name: str) -> str | None:
     if bad:
         return bad
     g = rows.double().cpu().numpy()
-    rel = np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-30)
+    rel = bench.rel_error(g, ref)
     return f"relative error {rel:.3g} > {REL_TOL:g}" if rel > REL_TOL else None
 
 

@@ -178,12 +178,18 @@ def _flags(spec: ModuleSpec, root: Path, targets: list[str]) -> tuple[dict, dict
         [str(root / "include"), str(root / "bindings"), tvm_inc, dlpack_inc])]
     extra_cxx = shlex.split(os.environ.get("XKERNELS_EXTRA_CXX_FLAGS", ""))
     host = targets == [HOST]
-    cxx = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-DNDEBUG",
+    # The host code (bindings/host) relies on the vectorizer: -O3 for loops of any trip count,
+    # -fno-trapping-math so that branch-free selects over float math (conversions, exp) are
+    # if-converted (no FP traps are ever enabled; results are unchanged), -ffp-contract=off
+    # because g++ would otherwise fuse a * b + c into an FMA where the target has one (the
+    # x86-64-v3/v4 clones) and results would differ between CPUs.
+    cxx = ["-std=c++17", "-O3", "-fno-trapping-math", "-ffp-contract=off", "-fPIC",
+           "-fvisibility=hidden", "-DNDEBUG",
            *(["-DXKERNELS_HOST_ONLY"] if host else []), *includes, *extra_cxx]
     if host:
         # nvcc-only flags (spec.extra_cuda_flags, XKERNELS_EXTRA_CUDA_FLAGS) do not apply to g++.
         cuda = [*cxx, "-x", "c++"]
-        link = ["-shared", f"-L{libdir}", "-ltvm_ffi", f"-Wl,-rpath,{libdir}"]
+        link = ["-shared", f"-L{libdir}", "-ltvm_ffi", f"-Wl,-rpath,{libdir}", "-lpthread"]
     else:
         gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in targets]
         gencode.append(f"-gencode=arch=compute_{targets[-1]},code=compute_{targets[-1]}")  # PTX
@@ -193,7 +199,7 @@ def _flags(spec: ModuleSpec, root: Path, targets: list[str]) -> tuple[dict, dict
                 *spec.extra_cuda_flags,
                 *shlex.split(os.environ.get("XKERNELS_EXTRA_CUDA_FLAGS", ""))]
         # nvcc links cudart statically: the module loads without libcudart.so or a driver.
-        link = ["-shared", f"-L{libdir}", "-ltvm_ffi", "-Xlinker", f"-rpath,{libdir}"]
+        link = ["-shared", f"-L{libdir}", "-ltvm_ffi", "-Xlinker", f"-rpath,{libdir}", "-lpthread"]
     paths = {str(root): "$ROOT", tvm_inc: "$TVM_FFI_INCLUDE", dlpack_inc: "$DLPACK_INCLUDE",
              libdir: "$TVM_FFI_LIB"}
     return {"cuda": cuda, "cxx": cxx, "link": link}, paths

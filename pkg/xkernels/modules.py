@@ -1,8 +1,8 @@
 """The compiled modules: one shared library per kernel family.
 
 Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`) plus the
-host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`, `rope.cc`: plain C++),
-linked into `<name>.so`.
+host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`, `rope.cc`: plain C++;
+the row ops' with the thread pool of `parallel.cc`), linked into `<name>.so`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class ModuleSpec:
     extra_cuda_flags: tuple[str, ...] = field(default=())
 
 
-_HOST = ("bindings/host/ops.cc",)
+_HOST = ("bindings/host/ops.cc", "bindings/host/parallel.cc")
 
 MODULES: dict[str, ModuleSpec] = {
     spec.name: spec
