@@ -19,6 +19,11 @@ host_only = pytest.mark.skipif(HAS_CUDA, reason="with a GPU the bench runs the G
 ROOT = Path(__file__).resolve().parents[1]
 
 
+
+def _host_file() -> str:
+    """The sweep's results file on this machine's host path (bench names it for the CPU)."""
+    return f"sweep-cpu-{bench.cpu_short_name(bench.cpu_info()['model'])}.jsonl"
+
 def _plot_module():
     spec = importlib.util.spec_from_file_location("plot_sweep", ROOT / "benchmarks/plot_sweep.py")
     mod = importlib.util.module_from_spec(spec)
@@ -286,7 +291,7 @@ def test_cli_sweep_host_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("sweep: ") and "estimated" in out
     assert "sweep summary" in out and "host path" in out
-    recs = [json.loads(line) for line in (out_dir / "sweep-cpu.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in (out_dir / _host_file()).read_text().splitlines()]
     assert recs[0]["op"] == "copy"
     body = recs[1:]
     assert {r["op"] for r in body} == {"rmsnorm", "fused_add_rmsnorm", "softmax"}
@@ -300,7 +305,7 @@ def test_cli_sweep_host_end_to_end(tmp_path, capsys):
     assert {(r["op"], tuple(r["shape"])) for r in body} == want
     pytest.importorskip("matplotlib")
     plot = _plot_module()
-    assert plot.main([str(out_dir / "sweep-cpu.jsonl"), "--out", str(tmp_path / "plots")]) == 0
+    assert plot.main([str(out_dir / _host_file()), "--out", str(tmp_path / "plots")]) == 0
     for op in ("rmsnorm", "fused_add_rmsnorm", "softmax"):
         assert (tmp_path / "plots" / f"{op}.png").exists()
     assert "softmax: lowest GB/s" in (tmp_path / "plots" / "summary.md").read_text()
