@@ -315,8 +315,8 @@ def _sdpa_impls(case: Case, gpu: bool) -> list[Impl]:
         steps = [(False, False, "[B, H, S, D] views (transpose(1, 2))"),
                  (True, False, "contiguous [B, H, S, D] copies, made before timing")]
         if g > 1:
-            steps.append((True, True, f"kv heads repeated x{g} (no enable_gqa), contiguous "
-                                      "copies made before timing"))
+            steps.append((True, True, (f"kv heads repeated x{g} (no enable_gqa), contiguous "
+                                       "copies made before timing")))
         impl = None
         for i, (contig, rep, what) in reversed(list(enumerate(steps))):
             nm = name if i == 0 else f"{name} ({'kv repeated' if rep else 'contiguous'})"
@@ -491,7 +491,7 @@ def make_set(case: Case, ctx: bench.Context, contiguous: bool = False) -> dict:
     import torch
 
     dt, dev = ctx.torch_dtype, ctx.dev
-    b, hq, hkv, d = case.batch, case.num_qo_heads, case.num_kv_heads, case.head_dim
+    b, hkv, d = case.batch, case.num_kv_heads, case.head_dim
     if case.kind == "prefill":
         q = torch.randn(case.q_shape, dtype=dt, device=dev)
         kv_shape = (b, case.kv_len, hkv, d)
