@@ -384,28 +384,43 @@ def format_table(rows: list[dict], copy_gbps: float | None = None) -> str:
         if r.get("family") not in (family, "copy"):
             family = r.get("family")
             cells.append((f"[{family}]",))
-        g = r.get("gbps")
-        pct = r.get("pct_copy")
-        if pct is None and g is not None and copy_gbps:
-            pct = 100.0 * g / copy_gbps
         note = r.get("note") or ""
         if r.get("host_us") is not None:
             note = f"{r['host_us']:.2f} us/call" + (f"; {note}" if note else "")
         cells.append((
             r["op"], fmt_shape(r["shape"]), r["impl"],
             _fmt(r.get("ms"), ".4f" if (r.get("ms") or 0) < 10 else ".2f"),
-            _fmt(g, ".1f"), _fmt(pct, ".1f"), _fmt(ratios.get(i), ".2f"),
-            note if len(note) <= NOTE_WIDTH else note[:NOTE_WIDTH - 3] + "...",
+            _fmt(r.get("gbps"), ".1f"), _fmt(pct_copy(r, copy_gbps), ".1f"),
+            _fmt(ratios.get(i), ".2f"), clip_note(note),
         ))
-    widths = [max(len(c[j]) for c in cells if len(c) > 1) for j in range(len(TABLE_COLUMNS) - 1)]
-    right = {3, 4, 5, 6}
-    lines = []
+    return render_cells(cells, right={3, 4, 5, 6})
+
+
+def pct_copy(row: dict, copy_gbps: float | None) -> float | None:
+    """A row's GB/s as a share of the copy's (%), from the row or the copy measured in the run."""
+    g, pct = row.get("gbps"), row.get("pct_copy")
+    if pct is None and g is not None and copy_gbps:
+        pct = 100.0 * g / copy_gbps
+    return pct
+
+
+def clip_note(note: str) -> str:
+    """A note as the tables show it: cut at NOTE_WIDTH (the JSONL keeps it whole)."""
+    return note if len(note) <= NOTE_WIDTH else note[:NOTE_WIDTH - 3] + "..."
+
+
+def render_cells(cells: list[tuple[str, ...]], right: set[int], legend: str | None = None) -> str:
+    """The families' tables: cells in aligned columns (those in `right` to the right), the last
+    cell of a row (the note) as it is, a one-cell row as a heading; `legend` above."""
+    n = max(len(c) for c in cells) - 1
+    widths = [max(len(c[j]) for c in cells if len(c) > 1) for j in range(n)]
+    lines = [] if legend is None else [legend]
     for c in cells:
-        if len(c) == 1:  # a family's heading
+        if len(c) == 1:
             lines.append(c[0])
             continue
         parts = [c[j].rjust(widths[j]) if j in right else c[j].ljust(widths[j])
-                 for j in range(len(widths))]
+                 for j in range(n)]
         lines.append("  ".join(parts + [c[-1]]).rstrip())
     return "\n".join(lines)
 

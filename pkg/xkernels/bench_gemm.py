@@ -252,27 +252,15 @@ def format_table(rows: list[dict], copy_gbps: float | None = None) -> str:
     cells: list[tuple[str, ...]] = [TABLE_COLUMNS]
     for i, r in enumerate(rows):
         g = r.get("gbps")
-        pct = r.get("pct_copy")
-        if pct is None and g is not None and copy_gbps:
-            pct = 100.0 * g / copy_gbps
         vs, vf = rat.get(i, (None, None))
-        note = r.get("note") or ""
         cells.append((
             r.get("case") or f"{r['op']} {bench.fmt_shape(r['shape'])}", r["impl"],
             bench._fmt(r.get("ms"), ".4f" if (r.get("ms") or 0) < 10 else ".2f"),
             bench._fmt(r.get("tflops"), ".1f" if (r.get("tflops") or 0) >= 10 else ".3g"),
-            bench._fmt(g, ".1f"), bench._fmt(pct, ".1f"),
-            bench._fmt(vs, ".3f"), bench._fmt(vf, ".3f"),
-            note if len(note) <= bench.NOTE_WIDTH else note[:bench.NOTE_WIDTH - 3] + "...",
+            bench._fmt(g, ".1f"), bench._fmt(bench.pct_copy(r, copy_gbps), ".1f"),
+            bench._fmt(vs, ".3f"), bench._fmt(vf, ".3f"), bench.clip_note(r.get("note") or ""),
         ))
-    widths = [max(len(c[j]) for c in cells) for j in range(len(TABLE_COLUMNS) - 1)]
-    right = {2, 3, 4, 5, 6, 7}
-    lines = [LEGEND]
-    for c in cells:
-        parts = [c[j].rjust(widths[j]) if j in right else c[j].ljust(widths[j])
-                 for j in range(len(widths))]
-        lines.append("  ".join(parts + [c[-1]]).rstrip())
-    return "\n".join(lines)
+    return bench.render_cells(cells, {2, 3, 4, 5, 6, 7}, LEGEND)
 
 
 # --------------------------------------------------------------------------------------------

@@ -409,23 +409,11 @@ def format_table(rows: list[dict], copy_gbps: float | None = None) -> str:
     rat = best_peer_ratios(rows)
     cells = [TABLE_COLUMNS]
     for i, r in enumerate(rows):
-        g = r.get("gbps")
-        pct = r.get("pct_copy")
-        if pct is None and g is not None and copy_gbps:
-            pct = 100.0 * g / copy_gbps
-        note = r.get("note") or ""
         cells.append((r.get("case") or r["op"], r["impl"],
-                      bench._fmt(r.get("ms"), ".4f"), bench._fmt(g, ".1f"),
-                      bench._fmt(pct, ".1f"), bench._fmt(rat.get(i), ".3f"),
-                      note if len(note) <= bench.NOTE_WIDTH else
-                      note[:bench.NOTE_WIDTH - 3] + "..."))
-    widths = [max(len(c[j]) for c in cells) for j in range(len(TABLE_COLUMNS) - 1)]
-    lines = [LEGEND]
-    for c in cells:
-        parts = [c[j].rjust(widths[j]) if j in (2, 3, 4, 5) else c[j].ljust(widths[j])
-                 for j in range(len(widths))]
-        lines.append("  ".join(parts + [c[-1]]).rstrip())
-    return "\n".join(lines)
+                      bench._fmt(r.get("ms"), ".4f"), bench._fmt(r.get("gbps"), ".1f"),
+                      bench._fmt(bench.pct_copy(r, copy_gbps), ".1f"),
+                      bench._fmt(rat.get(i), ".3f"), bench.clip_note(r.get("note") or "")))
+    return bench.render_cells(cells, {2, 3, 4, 5}, LEGEND)
 
 
 def run_family(ctx: bench.Context, quick: bool, emit: Callable[[dict], None]) -> None:
