@@ -207,6 +207,14 @@ float CheckScalars(const char* op, int64_t causal, int64_t window_left, double s
   return static_cast<float>(sm_scale);
 }
 
+// kernel: 0 'auto', 1 'sm80' (cp.async + mma.sync), 2 'sm90' (TMA + wgmma): attention::Kernel.
+void CheckKernel(const char* op, int64_t kernel) {
+  if (kernel < 0 || kernel > 2) {
+    TVM_FFI_THROW(ValueError) << op << ": kernel must be 0 ('auto'), 1 ('sm80') or 2 ('sm90'), "
+                              << "got " << kernel;
+  }
+}
+
 // lse: float32, q's shape without its last dimension, contiguous over heads, on q's device; or
 // empty.
 void CheckLse(const char* op, const TensorView& lse, const TensorView& q, int64_t return_lse) {
@@ -250,11 +258,14 @@ struct Geometry {
   bool valid = false;  // false: shapes the op will refuse; the planner answers (1, 0)
 };
 
-Array<int64_t> PlanOf(const char* op, const Geometry& g, int64_t device_id, int64_t num_splits) {
+Array<int64_t> PlanOf(const char* op, const Geometry& g, int64_t device_id, int64_t num_splits,
+                      int64_t kernel = 0) {
   if (num_splits < 0 || num_splits > 65535) {  // as the op itself would say
     TVM_FFI_THROW(ValueError) << op << ": num_splits must be in [0, 65535] (0: chosen), got "
                               << num_splits;
   }
+  CheckKernel(op, kernel);
+  if (kernel == 2 && num_splits == 0) num_splits = 1;  // the sm90 kernel does not split
   if (device_id < 0 || !g.valid || g.batch * g.total_q == 0) return Array<int64_t>({1, 0});
 #ifdef XKERNELS_HOST_ONLY
   (void)num_splits;
@@ -288,25 +299,26 @@ bool HeadsOk(int64_t hq, int64_t hkv, int64_t d) {
 }
 
 Array<int64_t> AttentionPlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k, Array<int64_t>,
-                             int64_t, int64_t, double, double, int64_t, int64_t num_splits) {
+                             int64_t, int64_t, double, double, int64_t, int64_t num_splits,
+                             int64_t kernel) {
   Geometry g;
   if (q.size() == 4 && k.size() == 4) {
     g = {Dim(q, 0), Dim(q, 0) * Dim(q, 1), Dim(q, 2), Dim(k, 2), Dim(q, 3), Dim(k, 1), false};
     g.valid = HeadsOk(g.num_qo_heads, g.num_kv_heads, g.head_dim);
   }
-  return PlanOf("attention", g, device_id, num_splits);
+  return PlanOf("attention", g, device_id, num_splits, kernel);
 }
 
 Array<int64_t> VarlenPlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k, Array<int64_t>,
                           Array<int64_t> cu_q, Array<int64_t>, int64_t, int64_t, double, double,
-                          int64_t, int64_t num_splits) {
+                          int64_t, int64_t num_splits, int64_t kernel) {
   Geometry g;
   if (q.size() == 3 && k.size() == 3 && cu_q.size() == 1 && Dim(cu_q, 0) >= 2) {
     const int64_t batch = Dim(cu_q, 0) - 1;
     g = {batch, Dim(q, 0), Dim(q, 1), Dim(k, 1), Dim(q, 2), Dim(k, 0) / batch, false};
     g.valid = HeadsOk(g.num_qo_heads, g.num_kv_heads, g.head_dim);
   }
-  return PlanOf("attention_varlen", g, device_id, num_splits);
+  return PlanOf("attention_varlen", g, device_id, num_splits, kernel);
 }
 
 // A paged cache's (page_size, num_kv_heads) from its shape and layout (0: NHD, 1: HND).
@@ -352,7 +364,8 @@ Array<int64_t> DecodePlan(int64_t device_id, Array<int64_t> q, Array<int64_t> k_
 // Fills what every op shares, checks lse and the workspace, and runs the params on q's device.
 void Run(const char* op, Params& p, host::DType dt, TensorView out, TensorView lse,
          TensorView workspace, const TensorView& q, int64_t causal, int64_t window_left,
-         double softcap, float sm_scale, int64_t return_lse, int64_t num_splits) {
+         double softcap, float sm_scale, int64_t return_lse, int64_t num_splits,
+         int64_t kernel = 0) {
   CheckLse(op, lse, q, return_lse);
   p.out = Ptr(out);
   p.lse = return_lse ? static_cast<float*>(Ptr(lse)) : nullptr;
@@ -375,6 +388,19 @@ void Run(const char* op, Params& p, host::DType dt, TensorView out, TensorView l
   CheckWorkspace(op, workspace, q, need);
   if (!gpu) p.num_splits = 1;
   p.workspace = need ? static_cast<float*>(Ptr(workspace)) : nullptr;
+  CheckKernel(op, kernel);
+  p.kernel = static_cast<attention::Kernel>(kernel);
+#ifndef XKERNELS_HOST_ONLY
+  if (gpu && p.kernel == attention::Kernel::kSm90 && !DryRun()) {
+    const int cc = DeviceCc(q.device().device_id);
+    const char* why = cc / 10 != 9 ? "the sm90 kernel needs an sm_90 GPU (H100, H200)"
+                                   : attention::Sm90Unsupported(p);
+    if (why != nullptr) {
+      TVM_FFI_THROW(ValueError) << op << ": " << why << "; asked: kernel='sm90' on "
+                                << DeviceStr(q.device()) << " (sm_" << cc << ")";
+    }
+  }
+#endif
   if (p.batch == 0 || p.total_q == 0 || p.num_qo_heads == 0) return;
   XK_ON_DEVICE(op, q,
                DispatchFloat(dt,
@@ -391,7 +417,7 @@ void Run(const char* op, Params& p, host::DType dt, TensorView out, TensorView l
 
 void AttentionOp(TensorView out, TensorView lse, TensorView workspace, TensorView q, TensorView k,
                  TensorView v, int64_t causal, int64_t window_left, double softcap, double sm_scale,
-                 int64_t return_lse, int64_t num_splits) {
+                 int64_t return_lse, int64_t num_splits, int64_t kernel) {
   constexpr const char* op = "attention";
   const host::DType dt = CheckQkv(op, q, "k", k, "v", v, out);
   CheckNdim(op, "q", q, 4, "[batch, q_len, num_qo_heads, head_dim]");
@@ -427,7 +453,7 @@ void AttentionOp(TensorView out, TensorView lse, TensorView workspace, TensorVie
   p.num_kv_heads = static_cast<int32_t>(k.size(2));
   p.head_dim = static_cast<int32_t>(q.size(3));
   Run(op, p, dt, out, lse, workspace, q, causal, window_left, softcap, scale, return_lse,
-      num_splits);
+      num_splits, kernel);
 }
 
 // q [total_q, num_qo_heads, head_dim] packed along tokens with qo_indptr: the query half of
@@ -456,7 +482,7 @@ void RaggedQuery(const char* op, Params& p, const TensorView& q, const TensorVie
 void VarlenOp(TensorView out, TensorView lse, TensorView workspace, TensorView q, TensorView k,
               TensorView v, TensorView cu_seqlens_q, TensorView cu_seqlens_k, int64_t causal,
               int64_t window_left, double softcap, double sm_scale, int64_t return_lse,
-              int64_t num_splits) {
+              int64_t num_splits, int64_t kernel) {
   constexpr const char* op = "attention_varlen";
   const host::DType dt = CheckQkv(op, q, "k", k, "v", v, out);
   Params p;
@@ -482,7 +508,7 @@ void VarlenOp(TensorView out, TensorView lse, TensorView workspace, TensorView q
   p.kv_len = k.size(0);  // the extent the kernels clamp indices to
   p.num_kv_heads = static_cast<int32_t>(k.size(1));
   Run(op, p, dt, out, lse, workspace, q, causal, window_left, softcap, scale, return_lse,
-      num_splits);
+      num_splits, kernel);
 }
 
 // The paged cache and its page table: the key half of attention_paged and decode_paged.

@@ -25,6 +25,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <tvm/ffi/extra/cuda/device_guard.h>
+
+#include "xkernels/common.h"
 #endif
 
 namespace xkernels::bind {
@@ -258,6 +260,26 @@ cudaError_t DispatchFloatWeight(host::DType dt, host::DType wt, F&& f) {
     using T = decltype(t);
     return wt == dt ? f(T{}, T{}) : f(T{}, float{});
   });
+}
+#endif
+
+// A `kernel` argument's name (0 'auto', 1 'sm80', 2 'sm90'), as the ops take it.
+inline const char* PathStr(int64_t path) {
+  return path == 1 ? "'sm80'" : path == 2 ? "'sm90'" : "'auto'";
+}
+
+#ifndef XKERNELS_HOST_ONLY
+// Compute capability (10 major + minor) of a GPU, read once per device.
+inline int DeviceCc(int dev) {
+  static int cache[kMaxDevices] = {};
+  if (dev < 0 || dev >= kMaxDevices) return 0;
+  if (cache[dev] == 0) {  // benign race: every thread writes the same value
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cache[dev] = 10 * major + minor;
+  }
+  return cache[dev];
 }
 #endif
 

@@ -64,8 +64,6 @@ const char* ElemStr(Elem e) {
   return "?";
 }
 
-const char* PathStr(int64_t path) { return path == 1 ? "'sm80'" : path == 2 ? "'sm90'" : "'auto'"; }
-
 int64_t CeilBlocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 
 // ------------------------------------------------------------------------------------- checks
@@ -249,21 +247,6 @@ void CheckWorkspace(const char* op, const TensorView& ws, const TensorView& a, i
 }
 
 // ------------------------------------------------------------------------------------- running
-
-#ifndef XKERNELS_HOST_ONLY
-// Compute capability (10 major + minor) of a GPU, read once per device.
-int DeviceCc(int dev) {
-  static int cache[kMaxDevices] = {};
-  if (dev < 0 || dev >= kMaxDevices) return 0;
-  if (cache[dev] == 0) {  // benign race: every thread writes the same value
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cache[dev] = 10 * major + minor;
-  }
-  return cache[dev];
-}
-#endif
 
 // What no GPU of the tensors' device can run is refused before launch, with the reason.
 void CheckSupported(const char* op, const Params& p, const TensorView& a) {

@@ -681,6 +681,56 @@ def test_gpu_attention_varlen(key, dtype):
           backend="torch")
 
 
+# Each kernel by name (kernel="sm80" / "sm90") on every dense and ragged case of head_dim 64 or
+# 128, decode-shaped ones too (the sm90 kernel's 128-row tiles mostly empty), so that neither
+# path is left untested where "auto" picks the other. bf16 here; "auto" above covers fp16.
+KERNEL_DENSE = [k for k, v in GPU_DENSE.items() if v[5] in (64, 128)]
+KERNEL_VARLEN = [k for k, v in GPU_VARLEN.items() if v[4] in (64, 128)]
+
+
+def _need_kernel(kernel: str):
+    if kernel == "sm90" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the sm90 kernel runs on sm_90 GPUs only")
+
+
+@gpu
+@pytest.mark.parametrize("kernel", ["sm80", "sm90"])
+@pytest.mark.parametrize("key", KERNEL_DENSE)
+def test_gpu_attention_kernel(key, kernel):
+    _need_kernel(kernel)
+    b, n, L, hq, hkv, d, layout, attrs = GPU_DENSE[key]
+    check(dense(b, n, L, hq, hkv, d, torch.bfloat16, "cuda", 10, layout,
+                {**attrs, "kernel": kernel}), backend="torch")
+
+
+@gpu
+@pytest.mark.parametrize("tail", [0, 300], ids=["tail0", "nan-tail300"])
+@pytest.mark.parametrize("kernel", ["sm80", "sm90"])
+@pytest.mark.parametrize("key", KERNEL_VARLEN)
+def test_gpu_attention_varlen_kernel(key, kernel, tail):
+    """`tail` rows of NaN after the last request's keys: a key tile that runs past a request's
+    end must not let them (or the next request's values) into the output."""
+    _need_kernel(kernel)
+    q_lens, kv_lens, hq, hkv, d, layout, attrs = GPU_VARLEN[key]
+    if layout == "packed" and tail:
+        pytest.skip("packed q, k, v share their token count: no tail")
+    check(varlen(q_lens, kv_lens, hq, hkv, d, torch.bfloat16, "cuda", 12, layout, tail,
+                 {**attrs, "kernel": kernel}), backend="torch")
+
+
+@gpu
+def test_gpu_sm90_kernel_refuses_what_it_cannot_run():
+    """kernel="sm90" where that kernel cannot run: a ValueError naming why, not a launch."""
+    dtype = torch.bfloat16
+    cases = [(dense(1, 127, 127, 8, 8, 256, dtype, "cuda", 1), {}, "head_dim 64 or 128"),
+             (dense(1, 127, 127, 8, 8, 128, dtype, "cuda", 1), {"num_splits": 3}, "num_splits")]
+    if torch.cuda.get_device_capability()[0] != 9:
+        cases = [(dense(1, 127, 127, 8, 8, 128, dtype, "cuda", 1), {}, "sm_90 GPU")]
+    for case, extra, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            call(case, "contiguous", {**case.attrs, "kernel": "sm90", **extra}, False)
+
+
 GPU_PAGED_Q, GPU_PAGED_KV = [7, 0, 1, 127, 1000], [37, 5, 0, 1013, 1013]
 GPU_PAGED = {
     (1, "NHD"): (8, 2, 128, {**CAUSAL, **LSE}),

@@ -55,6 +55,16 @@ XK_DEVICE void load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y)
       : "memory");
 }
+// The box at coordinates (x, y, z, w), innermost first, of a 4-D tensor map into shared memory at
+// `dst`, completing its bytes on `bar` (zeros outside the tensor, counted in the bytes).
+XK_DEVICE void load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t x, int32_t y,
+                       int32_t z, int32_t w) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y), "r"(z), "r"(w)
+      : "memory");
+}
 // The box at (x, y) of a 2-D tensor map from shared memory at `src` (rows outside the tensor are
 // not written), as part of this thread's current bulk group.
 XK_DEVICE void store_2d(const CUtensorMap* map, uint32_t src, int32_t x, int32_t y) {
@@ -88,30 +98,60 @@ XK_DEVICE void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// ---- host: a 2-D tensor map over `rows` x `cols` elements of `bytes_per_elem` (row pitch `ld`
-// elements, 16-byte aligned base and pitch), boxes of box_rows x box_cols, 128-byte swizzle
-// (box_cols * bytes_per_elem must be 128).
-inline cudaError_t EncodeTensorMap2d(CUtensorMap* map, const void* base, CUtensorMapDataType type,
-                                     int bytes_per_elem, int64_t rows, int64_t cols, int64_t ld,
-                                     int box_rows, int box_cols) {
-  using Encode =
-      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static Encode encode = nullptr;
+// ---- host: cuTensorMapEncodeTiled through the runtime's driver entry point.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline cudaError_t EncodeTiled(EncodeTiledFn* out) {
+  static EncodeTiledFn encode = nullptr;
   if (encode == nullptr) {  // benign race: every thread finds the same entry point
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found;
     XK_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
                                                  cudaEnableDefault, &found));
     if (found != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorNotSupported;
-    encode = reinterpret_cast<Encode>(fn);
+    encode = reinterpret_cast<EncodeTiledFn>(fn);
   }
+  *out = encode;
+  return cudaSuccess;
+}
+
+// A 2-D tensor map over `rows` x `cols` elements of `bytes_per_elem` (row pitch `ld` elements,
+// 16-byte aligned base and pitch), boxes of box_rows x box_cols, 128-byte swizzle (box_cols *
+// bytes_per_elem must be 128).
+inline cudaError_t EncodeTensorMap2d(CUtensorMap* map, const void* base, CUtensorMapDataType type,
+                                     int bytes_per_elem, int64_t rows, int64_t cols, int64_t ld,
+                                     int box_rows, int box_cols) {
+  EncodeTiledFn encode = nullptr;
+  XK_CUDA_TRY(EncodeTiled(&encode));
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld * bytes_per_elem)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// A 4-D tensor map of dims[0] (contiguous) x dims[1] x dims[2] x dims[3] elements, strides of
+// dims 1..3 in elements (multiples of 16 bytes), boxes of box[0..3] elements, 128-byte swizzle
+// (box[0] * bytes_per_elem must be 128).
+inline cudaError_t EncodeTensorMap4d(CUtensorMap* map, const void* base, CUtensorMapDataType type,
+                                     int bytes_per_elem, const int64_t (&dims)[4],
+                                     const int64_t (&strides)[3], const int (&box)[4]) {
+  EncodeTiledFn encode = nullptr;
+  XK_CUDA_TRY(EncodeTiled(&encode));
+  cuuint64_t d[4], st[3];
+  cuuint32_t bx[4];
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 4; ++i) {
+    d[i] = static_cast<cuuint64_t>(dims[i]);
+    bx[i] = static_cast<cuuint32_t>(box[i]);
+  }
+  for (int i = 0; i < 3; ++i) st[i] = static_cast<cuuint64_t>(strides[i] * bytes_per_elem);
+  const CUresult r = encode(map, type, 4, const_cast<void*>(base), d, st, bx, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;

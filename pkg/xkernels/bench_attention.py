@@ -237,17 +237,35 @@ class Impl(bench.Impl):
     canon: Callable[[Any], Any] | None = None
 
 
-def _xkernels_impls(case: Case) -> list[Impl]:
+def _sm90_prefill(case: Case) -> bool:
+    """Whether xkernels' "auto" kernel for this prefill case is the TMA + wgmma one (an sm_90
+    GPU and head_dim 64 or 128; the dispatcher in include/xkernels/attention/attention.h)."""
+    import torch
+
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+            and case.head_dim in (64, 128))
+
+
+def _xkernels_impls(case: Case, gpu: bool) -> list[Impl]:
     if case.kind == "prefill":
-        def bind(s):
-            import xkernels.torch as xt
+        def make(kernel):
+            def bind(s):
+                import xkernels.torch as xt
 
-            q, k, v, out = s["q"], s["k"], s["v"], s["out"]
-            causal = case.causal
-            return lambda: xt.attention(q, k, v, causal=causal, out=out)
+                q, k, v, out = s["q"], s["k"], s["v"], s["out"]
+                causal = case.causal
+                return lambda: xt.attention(q, k, v, causal=causal, kernel=kernel, out=out)
+            return bind
 
-        return [Impl("xkernels", bind, "xkernels.torch.attention(q, k, v, causal, out=)",
-                     design=CP_ASYNC)]
+        sm90 = gpu and _sm90_prefill(case)
+        out = [Impl("xkernels", make("auto"), "xkernels.torch.attention(q, k, v, causal, out=)"
+                    + (": the sm90 kernel (TMA + wgmma)" if sm90 else ""),
+                    design=TMA if sm90 else CP_ASYNC)]
+        if sm90:  # the cp.async kernel too, the one the sm_80 GPUs get
+            out.append(Impl("xkernels sm80", make("sm80"),
+                            "xkernels.torch.attention(..., kernel='sm80', out=): cp.async + "
+                            "mma.sync", design=CP_ASYNC))
+        return out
 
     def bindd(s):
         import xkernels.torch as xt
@@ -449,7 +467,7 @@ def _flash_attn_impl(case: Case, fa: Any) -> list[Impl]:
 def impls_for(case: Case, ctx: bench.Context) -> list[Impl]:
     """The impls of a case, xkernels first. The CUDA-only peers are in ctx.groups only on a GPU
     (bench.main drops them on the host path; tests run their glue on CPU stand-ins)."""
-    out = _xkernels_impls(case) if "xkernels" in ctx.groups else []
+    out = _xkernels_impls(case, ctx.gpu) if "xkernels" in ctx.groups else []
     fi = ctx.peers.get("flashinfer") if "flashinfer" in ctx.groups else None
     fa = ctx.peers.get("flash_attn") if "flash_attn" in ctx.groups else None
     if case.kind == "prefill":

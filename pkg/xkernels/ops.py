@@ -341,6 +341,11 @@ _KV_LAYOUT = Attr("kv_layout", str, "NHD", ("NHD", "HND"),
                   doc="page layout of the caches: NHD [pages, page_size, num_kv_heads, head_dim] "
                       "or HND [pages, num_kv_heads, page_size, head_dim]")
 _ATTN_ATTRS = (_CAUSAL, _WINDOW, _SOFTCAP, _SM_SCALE, _RETURN_LSE, _SPLITS)
+_ATTN_KERNEL = Attr("kernel", str, "auto", ("auto", "sm80", "sm90"),
+                    doc="the GPU kernel: chosen for the device and shapes (prefill on sm_90 GPUs "
+                        "takes 'sm90'), or one by name ('sm80': cp.async + mma.sync, every shape; "
+                        "'sm90': TMA + wgmma, sm_90 GPUs, head_dim 64 or 128, no split); the host "
+                        "implementation ignores it")
 _ATTN_OUTPUTS = (Output("out", "q"),
                  Output("lse", "q", _drop_last, dtype="float32", when="return_lse"))
 _Q, _K, _V = Input("q"), Input("k"), Input("v")
@@ -360,7 +365,7 @@ def _merged_lse(shape: Shape) -> Shape:
 
 
 _ATTENTION_OPS = (
-    Op("attention", "attention", (_Q, _K, _V), _ATTN_OUTPUTS, _ATTN_ATTRS,
+    Op("attention", "attention", (_Q, _K, _V), _ATTN_OUTPUTS, (*_ATTN_ATTRS, _ATTN_KERNEL),
        kind="attention", workspace=True,
        doc="Attention over a dense batch: q [batch, q_len, num_qo_heads, head_dim], k and v "
            "[batch, kv_len, num_kv_heads, head_dim] -> out like q (softmax(q k^T * sm_scale) v "
@@ -368,7 +373,7 @@ _ATTENTION_OPS = (
            "num_kv_heads)."),
     Op("attention_varlen", "attention",
        (_Q, _K, _V, Input("cu_seqlens_q", "index"), Input("cu_seqlens_k", "index")),
-       _ATTN_OUTPUTS, _ATTN_ATTRS, kind="attention", workspace=True,
+       _ATTN_OUTPUTS, (*_ATTN_ATTRS, _ATTN_KERNEL), kind="attention", workspace=True,
        doc="Attention over a ragged batch packed along tokens (flash_attn_varlen_func's "
            "layout): q [total_q, num_qo_heads, head_dim], k and v [total_k, num_kv_heads, "
            "head_dim]; request b's queries are rows cu_seqlens_q[b]:cu_seqlens_q[b+1] of q, its "

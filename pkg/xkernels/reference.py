@@ -194,15 +194,15 @@ def _paged_kv(cache, kv_indptr, kv_indices, kv_last_page_len, b, kv_layout):
 
 
 def attention(q, k, v, causal=False, window_left=-1, logits_soft_cap=0.0, sm_scale=None,
-              return_lse=False, num_splits=0, *, xp=NUMPY_OPS):
+              return_lse=False, num_splits=0, kernel="auto", *, xp=NUMPY_OPS):
     """q [B, n, Hq, D], k and v [B, L, Hkv, D] -> (out [B, n, Hq, D], lse [B, n, Hq])."""
     reqs = ((b, q[b], k[b], v[b]) for b in range(q.shape[0]))
     return _run(xp, q, reqs, tuple(q.shape), causal, window_left, logits_soft_cap, sm_scale)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, window_left=-1,
-                     logits_soft_cap=0.0, sm_scale=None, return_lse=False, num_splits=0, *,
-                     xp=NUMPY_OPS):
+                     logits_soft_cap=0.0, sm_scale=None, return_lse=False, num_splits=0,
+                     kernel="auto", *, xp=NUMPY_OPS):
     """q [total_q, Hq, D], k and v [total_k, Hkv, D], request b rows cu_seqlens[b]:[b+1]."""
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     reqs = ((slice(cq[b], cq[b + 1]), q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]],

@@ -15,6 +15,7 @@
 #include "xkernels/attention/merge.h"
 #include "xkernels/attention/params.h"
 #include "xkernels/attention/prefill.h"
+#include "xkernels/attention/sm90.h"
 #include "xkernels/common.h"
 
 namespace xkernels::attention {
@@ -79,6 +80,16 @@ cudaError_t MergeSplits(const Params& p, cudaStream_t stream) {
   return MergeStates<float, T>(m, stream);
 }
 
+// Whether p runs on the sm90 kernel: asked for by name (the bindings check that it can), or
+// chosen on an sm_90 device for prefill (a mean of 64 or more query tokens per request).
+inline bool UseSm90(const Params& p, const DeviceProps& props) {
+  if (p.kernel == Kernel::kSm90) return true;
+  if (p.kernel != Kernel::kAuto || props.cc_major != 9 || Sm90Unsupported(p) != nullptr) {
+    return false;
+  }
+  return RowsPerRequest(p.total_q, p.batch, 1) >= 64;
+}
+
 // Runs p on `stream`: T is __half or __nv_bfloat16 (q, k, v and out).
 template <typename T>
 cudaError_t Attention(const Params& p, cudaStream_t stream) {
@@ -89,6 +100,12 @@ cudaError_t Attention(const Params& p, cudaStream_t stream) {
   }
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
+  if (UseSm90(p, props)) {
+    const cudaError_t err = p.head_dim == 64
+                                ? LaunchSm90Attention<Sm90PrefillTile<64>, T>(p, stream, props)
+                                : LaunchSm90Attention<Sm90PrefillTile<128>, T>(p, stream, props);
+    if (err != cudaErrorNotSupported || p.kernel == Kernel::kSm90) return err;
+  }
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   TileShape shape = ChooseShape(p.head_dim, RowsPerRequest(p.total_q, p.batch, group));
   if (shape == TileShape::kDecode && p.head_dim == 128) {  // one wave of blocks: the wide tile

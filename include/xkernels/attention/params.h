@@ -21,6 +21,13 @@ namespace xkernels::attention {
 // How keys and values are addressed (see Params).
 enum class KvMode : int32_t { kDense = 0, kRagged = 1, kPaged = 2 };
 
+// Which kernel runs a call (CUDA only): chosen for the device and shapes, or one by name.
+enum class Kernel : int32_t {
+  kAuto = 0,
+  kSm80 = 1,  // cp.async + mma.sync tiles (prefill.h, decode.h): every shape, sm_80+
+  kSm90 = 2,  // TMA + wgmma prefill (sm90.h): sm_90 GPUs, the shapes Sm90Unsupported allows
+};
+
 // Division by a runtime divisor d >= 1 of numbers below 2^31 with a multiply-high, an add and a
 // shift (Granlund-Montgomery): n / d = (umulhi(n, mul) + n) >> shift, for the page lookups of
 // every key a kernel loads. Built on the host (the bindings set Params::page_div).
@@ -89,6 +96,7 @@ struct Params {
   float logits_soft_cap = 0.f;  // 0: off
   int32_t window_left = -1;     // -1: no window
   bool causal = false;
+  Kernel kernel = Kernel::kAuto;
 
   // Split-KV (CUDA only; the host path computes each row whole). With num_splits > 1 the keys
   // of every query tile are split over num_splits thread blocks, each writing its normalised

@@ -61,12 +61,9 @@ struct Sm90Tile {
 
 namespace detail {
 
-XK_DEVICE void setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"); }
-
 // Named barriers of the epilogue (0 is __syncthreads): one per consumer group, and the C buffer's
 // hand-over from one group to the other.
 constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3;
-XK_DEVICE void setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); }
 
 // Work unit u -> its output tile (tm, tn) and k blocks.
 struct Unit {
@@ -127,7 +124,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   pdl_wait();
 
   if (wg == 0) {  // ---- producer
-    if constexpr (Tl::kConsumers > 1) detail::setmaxnreg_dec40();
+    if constexpr (Tl::kConsumers > 1) wgmma::setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
@@ -148,7 +145,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     pdl_release();
   } else {
     // ---- consumers: warpgroup wg - 1 owns rows 64 (wg - 1) .. + 63 of each tile
-    if constexpr (Tl::kConsumers > 1) detail::setmaxnreg_inc232();
+    if constexpr (Tl::kConsumers > 1) wgmma::setmaxnreg_inc<232>();
     // a stage's release: one arrival per warp on its empty barrier
     auto release = [&](int st) {
       if (static_cast<int>(threadIdx.x) % 32 == 0) tma::mbar_arrive(empty0 + 8 * st);

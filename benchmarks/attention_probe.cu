@@ -1,0 +1,141 @@
+// A standalone check-and-time probe of the attention prefill kernels (include/xkernels/attention/),
+// with no Python: each sm90 kernel version against the cp.async kernel's output on the benchmark
+// shapes (and a ragged batch), then TFLOP/s. For kernel work on the device, before the tests:
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I include \
+//       benchmarks/attention_probe.cu -o /tmp/attention_probe && /tmp/attention_probe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "xkernels/attention/attention.h"
+
+using namespace xkernels;
+using attention::Params;
+using T = __nv_bfloat16;
+
+#define CHECK(x)                                                                                 \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, #x); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+__global__ void FillRandom(T* x, int64_t n, uint64_t seed) {  // ~ uniform [-2, 2)
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
+    x[i] = __float2bfloat16(static_cast<float>(h & 0xFFFF) / 16384.f - 2.f);
+  }
+}
+
+__global__ void MaxDiff(const T* a, const T* b, int64_t n, float* out) {
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
+}
+
+using Launch = cudaError_t (*)(const Params&, cudaStream_t, const DeviceProps&);
+
+template <class Tl>
+cudaError_t Sm90(const Params& p, cudaStream_t s, const DeviceProps& props) {
+  return attention::LaunchSm90Attention<Tl, T>(p, s, props);
+}
+cudaError_t Sm80(const Params& p, cudaStream_t s, const DeviceProps&) {
+  Params q = p;
+  q.kernel = attention::Kernel::kSm80;
+  return attention::Attention<T>(q, s);
+}
+
+struct Version {
+  const char* name;
+  Launch d128, d64;
+};
+
+int main() {
+  DeviceProps props;
+  CHECK(GetDeviceProps(&props));
+  const Version versions[] = {
+      {"sm80 (cp.async)", Sm80, Sm80},
+      {"sm90 v1 (2 / 4 stages)", Sm90<attention::Sm90AttnTile<128, 2, false>>,
+       Sm90<attention::Sm90AttnTile<64, 4, false>>},
+      {"sm90 v2 overlap (2 / 4 stages)", Sm90<attention::Sm90AttnTile<128, 2, true>>,
+       Sm90<attention::Sm90AttnTile<64, 4, true>>},
+      {"sm90 v2 overlap (3 / 6 stages)", Sm90<attention::Sm90AttnTile<128, 3, true>>,
+       Sm90<attention::Sm90AttnTile<64, 6, true>>},
+  };
+  struct Shape {
+    int s, hq, hkv, d;
+  };
+  const Shape shapes[] = {{8192, 32, 32, 128}, {4096, 32, 8, 128}, {8192, 16, 16, 64}};
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  float* diff;
+  CHECK(cudaMalloc(&diff, sizeof(float)));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  for (const Shape& sh : shapes) {
+    const int64_t nq = int64_t{sh.s} * sh.hq * sh.d, nkv = int64_t{sh.s} * sh.hkv * sh.d;
+    T *q, *k, *v, *ref, *out;
+    CHECK(cudaMalloc(&q, nq * 2));
+    CHECK(cudaMalloc(&k, nkv * 2));
+    CHECK(cudaMalloc(&v, nkv * 2));
+    CHECK(cudaMalloc(&ref, nq * 2));
+    CHECK(cudaMalloc(&out, nq * 2));
+    FillRandom<<<1024, 256>>>(q, nq, 1);
+    FillRandom<<<1024, 256>>>(k, nkv, 2);
+    FillRandom<<<1024, 256>>>(v, nkv, 3);
+    for (int causal = 0; causal < 2; ++causal) {
+      Params p;
+      p.q = q, p.k = k, p.v = v;
+      p.q_stride_t = int64_t{sh.hq} * sh.d, p.q_stride_h = sh.d, p.q_stride_b = sh.s * p.q_stride_t;
+      p.k_stride_t = p.v_stride_t = int64_t{sh.hkv} * sh.d, p.k_stride_h = p.v_stride_h = sh.d;
+      p.k_stride_b = p.v_stride_b = sh.s * p.k_stride_t;
+      p.out_stride_t = p.q_stride_t, p.out_stride_h = sh.d, p.out_stride_b = p.q_stride_b;
+      p.q_len = p.total_q = p.kv_len = sh.s;
+      p.batch = 1, p.num_qo_heads = sh.hq, p.num_kv_heads = sh.hkv, p.head_dim = sh.d;
+      p.sm_scale = 1.f / std::sqrt(static_cast<float>(sh.d));
+      p.causal = causal;
+      const double flops = 4.0 * sh.s * sh.s * sh.hq * sh.d / (causal ? 2 : 1);
+      for (int vi = 0; vi < 4; ++vi) {
+        const Launch f = sh.d == 128 ? versions[vi].d128 : versions[vi].d64;
+        p.out = vi == 0 ? ref : out;
+        CHECK(cudaMemsetAsync(p.out, 0xFF, nq * 2, stream));  // poison: NaN
+        CHECK(f(p, stream, props));
+        CHECK(cudaStreamSynchronize(stream));
+        float err = 0.f;
+        if (vi > 0) {
+          CHECK(cudaMemset(diff, 0, sizeof(float)));
+          MaxDiff<<<1024, 256>>>(ref, out, nq, diff);
+          CHECK(cudaMemcpy(&err, diff, sizeof(float), cudaMemcpyDeviceToHost));
+        }
+        for (int w = 0; w < 3; ++w) CHECK(f(p, stream, props));
+        const int reps = 20;
+        CHECK(cudaEventRecord(e0, stream));
+        for (int r = 0; r < reps; ++r) CHECK(f(p, stream, props));
+        CHECK(cudaEventRecord(e1, stream));
+        CHECK(cudaEventSynchronize(e1));
+        float ms = 0.f;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        ms /= reps;
+        std::printf("s=%d hq=%d hkv=%d d=%d causal=%d  %-32s %7.1f TFLOP/s  max|diff| %.4g\n", sh.s,
+                    sh.hq, sh.hkv, sh.d, causal, versions[vi].name, flops / ms / 1e9, err);
+      }
+    }
+    CHECK(cudaFree(q));
+    CHECK(cudaFree(k));
+    CHECK(cudaFree(v));
+    CHECK(cudaFree(ref));
+    CHECK(cudaFree(out));
+  }
+  return 0;
+}
