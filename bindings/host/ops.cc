@@ -299,11 +299,53 @@ void BiasActItems(const RowJob& j, int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) ForAct<BiasActItem>(j, ItemOf(i, j.cols));
 }
 
+// Element k of a contiguous run of 16- or 32-bit floats at p, as a float.
+template <DType kT>
+inline float LoadAt(const char* __restrict p, int64_t k) {
+  if constexpr (kT == DType::kBF16) {
+    return Bf16ToFloat(Load16(p + 2 * k));
+  } else if constexpr (kT == DType::kF16) {
+    return F16ToFloat(Load16(p + 2 * k));
+  } else {
+    float v;
+    std::memcpy(&v, p + 4 * k, 4);
+    return v;
+  }
+}
+
+// mul_add over an item whose four tensors share one dtype: one pass, each element converted in
+// registers (bf16 [1048576] on the CI machine, 2 threads: 1.21x -> 1.16x torch.addcmul),
+// instead of three staged conversions into float blocks and a fourth pass.
+template <DType kT>
+void MulAddSameType(const RowJob& j, const Item& it) {
+  const char* pa = Addr(j.in, it.r, it.c0);
+  const char* pb = Addr(j.in2, it.r, it.c0);
+  const char* pc = Addr(j.in3, it.r, it.c0);
+  StoreRow(j.out, it.r, it.c0, it.c1 - it.c0, [=](int64_t k) {
+    return std::fma(LoadAt<kT>(pa, k), LoadAt<kT>(pb, k), LoadAt<kT>(pc, k));
+  });
+}
+
 XK_HOST_CLONES
 void MulAddItems(const RowJob& j, int64_t i0, int64_t i1) {
   float a[kBlock], b[kBlock], c[kBlock];
+  const DType t = j.out.dtype;
+  const bool same = j.in.dtype == t && j.in2.dtype == t && j.in3.dtype == t;
   for (int64_t i = i0; i < i1; ++i) {
     const Item it = ItemOf(i, j.cols);
+    if (same) {
+      switch (t) {
+        case DType::kBF16:
+          MulAddSameType<DType::kBF16>(j, it);
+          continue;
+        case DType::kF16:
+          MulAddSameType<DType::kF16>(j, it);
+          continue;
+        case DType::kF32:
+          MulAddSameType<DType::kF32>(j, it);
+          continue;
+      }
+    }
     for (int64_t c0 = it.c0; c0 < it.c1; c0 += kBlock) {
       const int64_t n = std::min(kBlock, it.c1 - c0);
       ReadRow(j.in, it.r, c0, n, a);
