@@ -12,26 +12,16 @@
 #include <cstdlib>
 #include <vector>
 
+#include "probe.h"
 #include "xkernels/attention/attention.h"
 
 using namespace xkernels;
 using attention::Params;
 using T = __nv_bfloat16;
 
-#define CHECK(x)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
 __global__ void FillRandom(T* x, int64_t n, uint64_t seed) {  // ~ uniform [-2, 2)
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
-    x[i] = __float2bfloat16(static_cast<float>(h & 0xFFFF) / 16384.f - 2.f);
+    x[i] = __float2bfloat16(static_cast<float>(ProbeHash(seed, i) & 0xFFFF) / 16384.f - 2.f);
   }
 }
 

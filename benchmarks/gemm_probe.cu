@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "probe.h"
 #include "xkernels/gemm/gemm.h"
 
 using namespace xkernels;
@@ -23,19 +24,8 @@ using gemm::Elem;
 using gemm::Params;
 using gemm::Scale;
 
-#define CHECK(x)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
 __device__ float Uniform(uint64_t seed, uint64_t i) {  // [-1, 1)
-  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-  x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29, x *= 0x94D049BB133111EBull, x ^= x >> 32;
-  return static_cast<float>(x & 0xFFFFFF) / 8388608.f - 1.f;
+  return static_cast<float>(ProbeHash(seed, i) & 0xFFFFFF) / 8388608.f - 1.f;
 }
 
 template <typename T>

@@ -26,30 +26,16 @@
 #include <string>
 #include <vector>
 
+#include "probe.h"
 #include "xkernels/rope.h"
 
 using namespace xkernels;
 using B16 = __nv_bfloat16;
 
-#define CHECK(x)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-__device__ uint64_t Mix(uint64_t seed, uint64_t i) {
-  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-  x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29, x *= 0x94D049BB133111EBull, x ^= x >> 32;
-  return x;
-}
-
 __global__ void FillB16(B16* p, int64_t n, uint64_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float u = static_cast<float>(Mix(seed, i) & 0xFFFFFF) / 16777216.f;
+    const float u = static_cast<float>(ProbeHash(seed, i) & 0xFFFFFF) / 16777216.f;
     p[i] = __float2bfloat16(lo + (hi - lo) * u);
   }
 }
@@ -57,7 +43,7 @@ __global__ void FillB16(B16* p, int64_t n, uint64_t seed, float lo, float hi) {
 __global__ void FillPos(int32_t* p, int64_t n, uint64_t seed, int max_pos) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    p[i] = static_cast<int32_t>(Mix(seed, i) % static_cast<uint64_t>(max_pos));
+    p[i] = static_cast<int32_t>(ProbeHash(seed, i) % static_cast<uint64_t>(max_pos));
   }
 }
 

@@ -314,7 +314,20 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     }
     wgmma::commit();
   };
-  auto release = [&](int st) {
+  // S of tile j (stage st) once its K has landed, computed and waited for
+  auto compute_s = [&](float (&s)[kKeys / 2], int st, uint32_t phase) {
+    tma::mbar_wait(bar_k(st), phase);
+    issue_s(s, st);
+    wgmma::wait<0>();
+    wgmma::fence_operands(s);
+  };
+  // Waits for every wgmma of this group (the last P V of stage st among them) and gives the stage
+  // back to the producer.
+  auto finish_pv = [&](uint32_t (&pa)[kKeys / 16][4], int st) {
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::fence_operands(pa[ks]);
     if (lane == 0) tma::mbar_arrive(bar_empty(st));
   };
 
@@ -325,21 +338,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     // v1: each tile's S, softmax and P V in turn (the other consumer group fills the gaps)
     for (int j = j_begin; j < j_end; ++j) {
       float s[kKeys / 2];
-      tma::mbar_wait(bar_k(st), phase);
-      issue_s(s, st);
-      wgmma::wait<0>();
-      wgmma::fence_operands(s);
+      compute_s(s, st, phase);
       uint32_t pa[kKeys / 16][4];
       float alpha[2];
       if (softmax(s, j, alpha)) rescale(alpha);
       to_a(s, pa);
       ready_v(j, st, phase);
       issue_pv(pa, st);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::fence_operands(pa[ks]);
-      release(st);
+      finish_pv(pa, st);
       if (++st == kStages) st = 0, phase ^= 1;
     }
   } else if (j_begin < j_end) {
@@ -352,10 +358,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     bool moved;
     {
       float s[kKeys / 2];
-      tma::mbar_wait(bar_k(st), phase);
-      issue_s(s, st);
-      wgmma::wait<0>();
-      wgmma::fence_operands(s);
+      compute_s(s, st, phase);
       moved = softmax(s, j_begin, alpha);  // O is 0: its rescale is moot
       to_a(s, pa);
     }
@@ -372,22 +375,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       wgmma::wait<1>();  // S of tile j + 1 done; P V j may still run
       wgmma::fence_operands(s);
       moved = softmax(s, j + 1, alpha);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::fence_operands(pa[ks]);
-      release(st);
+      finish_pv(pa, st);
       to_a(s, pa);
       st = st1, phase = phase1;
     }
     ready_v(j_end - 1, st, phase);  // the last tile's P V
     if (moved) rescale(alpha);
     issue_pv(pa, st);
-    wgmma::wait<0>();
-    wgmma::fence_operands(o);
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::fence_operands(pa[ks]);
-    release(st);
+    finish_pv(pa, st);
   }
   pdl_release();
 
