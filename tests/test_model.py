@@ -115,6 +115,83 @@ def test_patched_model_matches_hf_gpu(kind):
     _check_patched(kind, DEVICE, "cuda", batch=2, prompt=512, n_steps=32, page_size=16)
 
 
+def _padded_run(model, ids, mask, steps) -> list[torch.Tensor]:
+    """Logits at each request's last token: a prefill of left-padded ids (mask: 1 real, 0
+    padding), then decode steps, positions counted over the real tokens (as generate does)."""
+    cache = transformers.DynamicCache(config=model.config)
+
+    def pos(m):
+        return (m.long().cumsum(1) - 1).clamp(min=0)
+
+    p = pos(mask)
+    outs = [model(ids, attention_mask=mask, position_ids=p, cache=cache,
+                  use_cache=True).logits[:, -1]]
+    for i in range(steps.shape[1]):
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+        outs.append(model(steps[:, i: i + 1], attention_mask=mask,
+                          position_ids=pos(mask)[:, -1:], cache=cache,
+                          use_cache=True).logits[:, -1])
+    return outs
+
+
+def _check_padded(kind: str, dims: dict, device: str, prompt: int, pads: list[int],
+                  n_steps: int) -> None:
+    """A padded batch through HF's cache: request b has pads[b] padding tokens on the left."""
+    model = _model(kind, dims, device)
+    gen = torch.Generator().manual_seed(2)
+    batch = len(pads)
+    ids = torch.randint(0, dims["vocab_size"], (batch, prompt), generator=gen).to(device)
+    steps = torch.randint(0, dims["vocab_size"], (batch, n_steps), generator=gen).to(device)
+    mask = torch.ones(batch, prompt, dtype=torch.long, device=device)
+    for b, n in enumerate(pads):
+        mask[b, :n] = 0
+        ids[b, :n] = 0
+    with torch.inference_mode():
+        ref = _padded_run(model, ids, mask, steps)  # float32
+        model.to(torch.bfloat16)
+        hf = _padded_run(model, ids, mask, steps)
+        xnn.patch(model, strict=True)
+        xk = _padded_run(model, ids, mask, steps)
+    for i, (r, h, x) in enumerate(zip(ref, hf, xk)):
+        e_hf, e_xk = _rel(h, r), _rel(x, r)
+        assert e_xk <= 1.5 * e_hf + 2e-3, (
+            f"{kind} padded {'prefill' if i == 0 else f'decode step {i}'}: xkernels' logits "
+            f"are off the float32 model's by {e_xk:.4f}, HF bf16's by {e_hf:.4f}")
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_patched_model_padded_batch_host(kind):
+    """Left padding (generate's layout) of 0, 5 and 39 of 40 tokens: the padding must not be
+    attended to. Before the "xkernels" mask function HF gave the layers no mask at all, and a
+    padded batch came out silently wrong."""
+    _check_padded(kind, HOST, "cpu", prompt=40, pads=[0, 5, 39], n_steps=3)
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_patched_model_padded_batch_gpu(kind):
+    _check_padded(kind, DEVICE, "cuda", prompt=300, pads=[0, 17, 250], n_steps=4)
+
+
+def test_padded_attention_matches_masked_sdpa():
+    """padded_attention (the kernels over the gathered real tokens) against the masked float
+    composite, right and left padding, GQA, a soft cap and a window; padded query rows 0."""
+    torch.manual_seed(3)
+    b, s, length, hq, hk, d = 3, 9, 20, 4, 2, 64
+    q = torch.randn(b, s, hq, d, dtype=torch.bfloat16)
+    k = torch.randn(b, length, hk, d, dtype=torch.bfloat16)
+    v = torch.randn(b, length, hk, d, dtype=torch.bfloat16)
+    mask = torch.ones(b, length, dtype=torch.bool)
+    mask[1, :6] = False   # left padding
+    mask[2, -3:] = False  # right padding: its last 3 queries are padding
+    for kw in ({}, {"logits_soft_cap": 5.0, "window_left": 4}):
+        got = xnn.padded_attention(q, k, v, mask, sm_scale=d ** -0.5, **kw)
+        want = xnn._sdpa(q, k, v, d ** -0.5, kw.get("window_left", -1),
+                         kw.get("logits_soft_cap", 0.0), mask)
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+        assert got[2, -3:].abs().max() == 0  # padded queries
+
+
 def test_patch_keeps_weights():
     model = _model("qwen3", HOST, "cpu")
     layer = model.model.layers[1]

@@ -326,6 +326,15 @@ class PagedKVCache:
         """Tokens already cached (Hugging Face's Cache method: the longest request's)."""
         return int(self.seq_lens.max()) if self.batch_size else 0
 
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        """Hugging Face's Cache method (its mask code asks): tokens cached before this call."""
+        return self.get_seq_length(layer_idx)
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        """Hugging Face's Cache method: the keys a call of query_length tokens attends to, and
+        the position of the first."""
+        return self.get_seq_length(layer_idx) + query_length, 0
+
     def reset(self) -> None:
         self.seq_lens[:] = 0
         self.meta = None
@@ -431,17 +440,24 @@ class Attention(_Layer):
         _rope_torch(q, positions, self.rope)
         _rope_torch(k, positions, self.rope)
 
-    def _attend(self, q, k, v) -> torch.Tensor:
-        """Causal attention of q [b, s, hq, d] over k, v [b, l, hk, d] (bottom-right aligned)."""
+    def _attend(self, q, k, v, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Causal attention of q [b, s, hq, d] over k, v [b, l, hk, d] (bottom-right aligned);
+        ``mask`` [b, l] (True: a real token) leaves out padding (see ``padded_attention``)."""
         why = _attention_unsupported(q, k)
+        common = {"window_left": self.window_left, "logits_soft_cap": self.logits_soft_cap,
+                  "sm_scale": self.sm_scale}
+        if why is None and mask is None:
+            return xt.attention(q, k, v, causal=True, **common)
         if why is None:
-            return xt.attention(q, k, v, causal=True, window_left=self.window_left,
-                                logits_soft_cap=self.logits_soft_cap, sm_scale=self.sm_scale)
+            return padded_attention(q, k, v, mask, **common)
         self._fallback("attention", why, "torch scaled_dot_product_attention")
-        return _sdpa(q, k, v, self.sm_scale, self.window_left, self.logits_soft_cap)
+        return _sdpa(q, k, v, self.sm_scale, self.window_left, self.logits_soft_cap, mask)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Any = None
-                ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Any = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask``: None (every token real), or [b, l] booleans over the keys this call
+        attends to, the cached ones first and this call's last (Hugging Face's 2-D padding mask;
+        False: padding, never attended to); not with a PagedKVCache."""
         b, s = x.shape[0], x.shape[1]
         hq, hk, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self._linear("qkv", x, self.qkv, self.qkv_bias)  # (b, s, (hq + 2 hk) d)
@@ -451,12 +467,16 @@ class Attention(_Layer):
         positions = positions.expand(b, s)
         self._rotate(q, k, positions)
         if isinstance(cache, PagedKVCache):
+            if mask is not None:
+                raise ValueError("Attention: a padding mask with a PagedKVCache is not "
+                                 "supported (the paged cache holds each request's own tokens: "
+                                 "give it unpadded requests)")
             o = self._paged(q, k, v, cache)
         elif cache is not None:  # a Hugging Face Cache: [b, h, l, d] keys and values so far
             kk, vv = cache.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
-            o = self._attend(q, kk.transpose(1, 2), vv.transpose(1, 2))
+            o = self._attend(q, kk.transpose(1, 2), vv.transpose(1, 2), mask)
         else:
-            o = self._attend(q, k, v)
+            o = self._attend(q, k, v, mask)
         return self._linear("o", o.reshape(b, s, hq * d), self.o, self.o_bias)
 
     def _paged(self, q, k, v, cache: PagedKVCache) -> torch.Tensor:
@@ -489,9 +509,12 @@ class Attention(_Layer):
         return torch.cat(outs)
 
 
-def _sdpa(q, k, v, scale: float, window_left: int, cap: float) -> torch.Tensor:
+def _sdpa(q, k, v, scale: float, window_left: int, cap: float,
+          mask: torch.Tensor | None = None) -> torch.Tensor:
     """The fallback: q [b, s, hq, d], k, v [b, l, hk, d] -> [b, s, hq, d], causal aligned to the
-    bottom right, in float32 where a soft cap or window needs an explicit mask."""
+    bottom right, in float32 where a soft cap or window needs an explicit mask; ``mask`` [b, l]
+    (True: a real token) leaves out padded keys, and padded query rows and rows that see no key
+    come out 0 (as ``padded_attention``'s)."""
     s, length = q.shape[1], k.shape[1]
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     g = q.shape[2] // k.shape[2]
@@ -501,14 +524,47 @@ def _sdpa(q, k, v, scale: float, window_left: int, cap: float) -> torch.Tensor:
     allowed = j <= i
     if window_left >= 0:
         allowed &= j >= i - window_left
-    if cap > 0:
+    if mask is not None:  # [s, l] -> [b, 1, s, l]
+        allowed = allowed[None, None] & mask[:, None, None, -length:].to(torch.bool)
+    if cap > 0 or mask is not None:
         logits = torch.einsum("bhsd,bhld->bhsl", qt.float(), kt.float()) * scale
-        logits = cap * torch.tanh(logits / cap)
+        if cap > 0:
+            logits = cap * torch.tanh(logits / cap)
         logits = logits.masked_fill(~allowed, float("-inf"))
-        o = torch.einsum("bhsl,bhld->bhsd", logits.softmax(-1), vt.float()).to(q.dtype)
+        p = logits.softmax(-1).nan_to_num(0.0)  # a row with no key: 0, not nan
+        if mask is not None:  # padded query rows: 0
+            p = p * mask[:, None, -s:, None].to(torch.bool)
+        o = torch.einsum("bhsl,bhld->bhsd", p, vt.float()).to(q.dtype)
     else:
         o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=allowed, scale=scale)
     return o.transpose(1, 2)
+
+
+def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,
+                     window_left: int = -1, logits_soft_cap: float = 0.0,
+                     sm_scale: float | None = None) -> torch.Tensor:
+    """Causal attention of a padded batch: q [b, s, hq, d] (this call's tokens), k and v [b, l,
+    hk, d] (every key, this call's last), ``mask`` [b, l] (True: a real token; Hugging Face's 2-D
+    attention mask, left or right padding). Each request's real queries attend to its real keys
+    up to their own position, as one ragged batch (``xkernels.torch.attention_varlen`` over the
+    real tokens, gathered); padded query rows come out 0. The gathering reads the mask on the
+    host (a synchronisation), as Hugging Face's own unpadding for FlashAttention does."""
+    b, s, hq, d = q.shape
+    length, hk = k.shape[1], k.shape[2]
+    keys = mask[:, -length:].to(device=q.device, dtype=torch.bool)
+    queries = keys[:, length - s:]
+    q_rows = queries.reshape(-1).nonzero().squeeze(1)
+    k_rows = keys.reshape(-1).nonzero().squeeze(1)
+    cu_q = F.pad(queries.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+    cu_k = F.pad(keys.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+    o = xt.attention_varlen(q.reshape(b * s, hq, d).index_select(0, q_rows),
+                            k.reshape(b * length, hk, d).index_select(0, k_rows),
+                            v.reshape(b * length, hk, d).index_select(0, k_rows), cu_q, cu_k,
+                            causal=True, window_left=window_left,
+                            logits_soft_cap=logits_soft_cap, sm_scale=sm_scale)
+    out = q.new_zeros(b * s, hq, d)
+    out.index_copy_(0, q_rows, o)
+    return out.view(b, s, hq, d)
 
 
 class DecoderLayer(_Layer):
@@ -550,10 +606,10 @@ class DecoderLayer(_Layer):
                 "logits_soft_cap": a.logits_soft_cap, "sm_scale": a.sm_scale,
                 "strict": self.strict}
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Any = None
-                ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Any = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.input_layernorm(x)
-        h = self.self_attn(h, positions, cache)
+        h = self.self_attn(h, positions, cache, mask)
         # residual = x + attn (x left as it is), h = norm(residual)
         h, residual = self.post_attention_layernorm(h, x, residual_out=torch.empty_like(x))
         h = self.mlp(h)
@@ -565,8 +621,11 @@ class DecoderLayer(_Layer):
 
 class HFDecoderLayer(nn.Module):
     """A ``DecoderLayer`` behind a Hugging Face decoder layer's call (hidden_states,
-    position_ids, cache / past_key_values, ...): the attention mask and position embeddings HF
-    computes are not needed (causal masks and RoPE are the kernels')."""
+    attention_mask, position_ids, cache / past_key_values, ...). The position embeddings HF
+    computes are not needed (RoPE is the kernels'). The attention mask, with the "xkernels"
+    mask function (``register_hf_attention``), is None for an unpadded batch (the kernels' own
+    causal mask) or HF's 2-D padding mask (``padded_attention``); a 4-D mask (a custom one a
+    caller passed) raises ``xkernels.fallback.UnsupportedError``."""
 
     def __init__(self, layer: DecoderLayer):
         super().__init__()
@@ -581,34 +640,49 @@ class HFDecoderLayer(nn.Module):
             start = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(start, start + hidden_states.shape[1],
                                         device=hidden_states.device)[None]
-        return self.layer(hidden_states, position_ids, cache)
+        mask = attention_mask if isinstance(attention_mask, torch.Tensor) else None
+        if mask is not None and mask.dim() != 2:
+            raise fallback.UnsupportedError(
+                f"xkernels: a {mask.dim()}-D attention mask (a custom mask) is not supported by "
+                "the patched layers; they take Hugging Face's 2-D padding mask or none")
+        return self.layer(hidden_states, position_ids, cache, mask)
 
 
 def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                   **kwargs):
     """The "xkernels" attention implementation for Hugging Face models that are not patched:
-    [b, h, s, d] views in, [b, s, h, d] out, causal (the mask HF would build is not used)."""
-    if attention_mask is not None and attention_mask.dim() == 4 and not getattr(
-            module, "is_causal", True):
+    [b, h, s, d] views in, [b, s, h, d] out, causal. ``attention_mask`` is what the "xkernels"
+    mask function gives: None (no padding) or the 2-D padding mask."""
+    if not getattr(module, "is_causal", True):
         raise ValueError("the xkernels attention implementation is causal only")
+    mask = attention_mask if isinstance(attention_mask, torch.Tensor) else None
+    if mask is not None and mask.dim() != 2:
+        raise ValueError(f"the xkernels attention implementation takes a 2-D padding mask or "
+                         f"none, got a {mask.dim()}-D mask")
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     why = _attention_unsupported(q, k)
     window = kwargs.get("sliding_window")
     window_left = window - 1 if window else -1
     cap = getattr(module, "attn_logit_softcapping", None) or 0.0
-    if why is None:
+    if why is None and mask is None:
         return xt.attention(q, k, v, causal=True, sm_scale=scaling, window_left=window_left,
                             logits_soft_cap=cap), None
+    if why is None:
+        return padded_attention(q, k, v, mask, sm_scale=scaling, window_left=window_left,
+                                logits_soft_cap=cap), None
     fallback.take("xkernels attention implementation", why, "torch SDPA")
-    return _sdpa(q, k, v, scaling or q.shape[-1] ** -0.5, window_left, cap), None
+    return _sdpa(q, k, v, scaling or q.shape[-1] ** -0.5, window_left, cap, mask), None
 
 
 def register_hf_attention() -> str:
-    """Register "xkernels" as a transformers attention implementation (no mask function: masks
-    are the kernel's own); returns the name."""
+    """Register "xkernels" as a transformers attention implementation, with FlashAttention's
+    mask function (None for an unpadded batch, whose causal mask is the kernels' own; the 2-D
+    padding mask otherwise); returns the name."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
     AttentionInterface.register("xkernels", _hf_attention)
+    AttentionMaskInterface.register("xkernels", flash_attention_mask)
     return "xkernels"
 
 
@@ -662,9 +736,9 @@ def patch(model: nn.Module, *, strict: bool | None = None) -> nn.Module:
     """Swap xkernels' layers into a Hugging Face Llama / Mistral / Qwen2 / Qwen3 model in place
     (its weights kept; q, k, v and gate, up concatenated into one weight each) and return it.
 
-    The patched model takes ``cache=PagedKVCache(...)`` (prefill, then decode steps), a Hugging
-    Face cache (``generate`` works), or none. Unpadded batches only: the attention mask HF builds
-    is not used (every request is causal over its own tokens)."""
+    The patched model takes ``cache=PagedKVCache(...)`` (prefill, then decode steps; unpadded
+    requests), a Hugging Face cache (``generate`` works, padded batches included: HF's
+    ``attention_mask`` leaves out the padding, ``padded_attention``), or none."""
     inner = getattr(model, "model", model)
     config = model.config
     layers = inner.layers
