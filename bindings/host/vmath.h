@@ -20,20 +20,11 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "host/convert.h"
 
 namespace xkernels::host::vmath {
 
-inline float AsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t AsBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 // a * b + c rounded once: an FMA instruction in the x86-64-v3/v4 clones and on AArch64, a libm call
 // on x86-64 CPUs without FMA (before 2013): slower there, but the same bits on every CPU.
 inline float Fma(float a, float b, float c) { return std::fma(a, b, c); }
@@ -70,7 +61,7 @@ inline float Exp(float x) {
     p = Fma(p, r, k2);
     p = Fma(p, r, k2);
   }
-  const float half_scale = AsFloat((AsBits(t) + 126u) << 23);  // 2^(n - 1): t's high bits
+  const float half_scale = BitsToFloat((FloatToBits(t) + 126u) << 23);  // 2^(n - 1): t's high bits
                                                                // shifted out
   const float y = p * half_scale;
   return x < kLo ? 0.f : y;

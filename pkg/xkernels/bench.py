@@ -369,6 +369,40 @@ def best_peers(rows: list[dict]) -> dict[int, int]:
             if impl_group(r["impl"]) == "xkernels" and r.get("ms") is not None and key(r) in best}
 
 
+def best_peer_pairs(rows: list[dict], family: str, classes: Callable[[dict], list],
+                    want: Any, counts: Callable[[dict], bool] = lambda r: True
+                    ) -> dict[int, tuple[int | None, int | None]]:
+    """For the families whose table has two ratios (attention, gemm): {index of a `family`
+    xkernels row: (index of the fastest peer of its case, index of the fastest peer of its case in
+    class `want`)}. A peer row counts (its ms measured, its check not failed, ``counts(row)``) in
+    its case's "all" and in the classes ``classes(row)`` names."""
+    best: dict[tuple, int] = {}
+    for i, r in enumerate(rows):
+        if (r.get("family") != family or impl_group(r["impl"]) == "xkernels"
+                or r.get("ms") is None or r.get("check") == "failed" or not counts(r)):
+            continue
+        for key in [(r.get("case"), "all")] + [(r.get("case"), c) for c in classes(r)]:
+            if key not in best or r["ms"] < rows[best[key]]["ms"]:
+                best[key] = i
+    out = {}
+    for i, r in enumerate(rows):
+        if (r.get("family") == family and impl_group(r["impl"]) == "xkernels"
+                and r.get("ms") is not None):
+            a, c = best.get((r.get("case"), "all")), best.get((r.get("case"), want))
+            if a is not None or c is not None:
+                out[i] = (a, c)
+    return out
+
+
+def pair_ratios(rows: list[dict], pairs: dict[int, tuple[int | None, int | None]]
+                ) -> dict[int, tuple[float | None, float | None]]:
+    """best_peer_pairs as time ratios: {xkernels row: (its ms / each peer's ms, or None)}."""
+    def q(i, j):
+        return None if j is None else rows[i]["ms"] / rows[j]["ms"]
+
+    return {i: (q(i, a), q(i, c)) for i, (a, c) in pairs.items()}
+
+
 def best_peer_ratios(rows: list[dict]) -> dict[int, float]:
     """{index of an xkernels row: its ms / its best peer's (best_peers)}."""
     return {i: rows[i]["ms"] / rows[j]["ms"] for i, j in best_peers(rows).items()}

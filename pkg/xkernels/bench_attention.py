@@ -175,32 +175,14 @@ def best_peers(rows: list[dict]) -> dict[int, tuple[int | None, int | None]]:
     """{index of an xkernels row: (index of the fastest peer of its case, index of the fastest
     cp.async peer)}. Peers that failed, failed their check or are reference points (SDPA on a
     contiguous cache, against a paged one) do not count."""
-    best: dict[tuple, int] = {}
-    for i, r in enumerate(rows):
-        if (r.get("family") != FAMILY or bench.impl_group(r["impl"]) == "xkernels"
-                or r.get("ms") is None or r.get("check") == "failed"
-                or r.get("design") == REFERENCE):
-            continue
-        for key in ((r.get("case"), "all"), (r.get("case"), r.get("design"))):
-            if key not in best or r["ms"] < rows[best[key]]["ms"]:
-                best[key] = i
-    out = {}
-    for i, r in enumerate(rows):
-        if (r.get("family") == FAMILY and bench.impl_group(r["impl"]) == "xkernels"
-                and r.get("ms") is not None):
-            a, c = best.get((r.get("case"), "all")), best.get((r.get("case"), CP_ASYNC))
-            if a is not None or c is not None:
-                out[i] = (a, c)
-    return out
+    return bench.best_peer_pairs(rows, FAMILY, lambda r: [r.get("design")], CP_ASYNC,
+                                 lambda r: r.get("design") != REFERENCE)
 
 
 def ratios(rows: list[dict]) -> dict[int, tuple[float | None, float | None]]:
     """{index of an xkernels row: (its ms / the best peer's, its ms / the best cp.async peer's)};
     < 1: xkernels is faster."""
-    def q(i, j):
-        return None if j is None else rows[i]["ms"] / rows[j]["ms"]
-
-    return {i: (q(i, a), q(i, c)) for i, (a, c) in best_peers(rows).items()}
+    return bench.pair_ratios(rows, best_peers(rows))
 
 
 def format_table(rows: list[dict], copy_gbps: float | None = None) -> str:

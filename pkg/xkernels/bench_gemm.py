@@ -215,33 +215,14 @@ def selection(case: Case) -> list[int]:
 def best_peers(rows: list[dict]) -> dict[int, tuple[int | None, int | None]]:
     """{index of an xkernels row: (index of the fastest peer of its case, of the fastest peer that
     accumulates in fp32)}. Peers that failed or failed their check do not count."""
-    best: dict[tuple, int] = {}
-    for i, r in enumerate(rows):
-        if (r.get("family") != FAMILY or bench.impl_group(r["impl"]) == "xkernels"
-                or r.get("ms") is None or r.get("check") == "failed"):
-            continue
-        keys = [(r.get("case"), "all")] + ([(r.get("case"), FP32)] if r.get("accum") != FAST
-                                           else [])
-        for key in keys:
-            if key not in best or r["ms"] < rows[best[key]]["ms"]:
-                best[key] = i
-    out = {}
-    for i, r in enumerate(rows):
-        if (r.get("family") == FAMILY and bench.impl_group(r["impl"]) == "xkernels"
-                and r.get("ms") is not None):
-            a, f = best.get((r.get("case"), "all")), best.get((r.get("case"), FP32))
-            if a is not None or f is not None:
-                out[i] = (a, f)
-    return out
+    return bench.best_peer_pairs(rows, FAMILY, lambda r: [FP32] if r.get("accum") != FAST else [],
+                                 FP32)
 
 
 def ratios(rows: list[dict]) -> dict[int, tuple[float | None, float | None]]:
     """{index of an xkernels row: (its ms / the best peer's, / the best fp32-accumulating
     peer's)}; < 1: xkernels is faster."""
-    def q(i, j):
-        return None if j is None else rows[i]["ms"] / rows[j]["ms"]
-
-    return {i: (q(i, a), q(i, f)) for i, (a, f) in best_peers(rows).items()}
+    return bench.pair_ratios(rows, best_peers(rows))
 
 
 def format_table(rows: list[dict], copy_gbps: float | None = None) -> str:
