@@ -197,6 +197,7 @@ double Run(const Case& c, bool check, int reps, bool* ok, const char* label = nu
   }
   double tflops = 0;
   if (reps > 0) {
+    if (const char* x = std::getenv("PROBE_REPS_X")) reps *= std::atoi(x);  // longer runs
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
@@ -309,6 +310,10 @@ int main(int argc, char** argv) {
        [&](const Params& p) {
          return gemm::LaunchSm90<gemm::Sm90Tile<B16, 2, 256, 4, false>, B16>(p, 0, props);
        }},
+      {"sm90 2x256x4 c2",
+       [&](const Params& p) {
+         return gemm::LaunchSm90<gemm::Sm90Tile<B16, 2, 256, 4, false, 2>, B16>(p, 0, props);
+       }},
   };
   using F8 = __nv_fp8_e4m3;
   const std::vector<std::pair<const char*, Launch>> fp8_variants = {
@@ -316,20 +321,29 @@ int main(int argc, char** argv) {
        [&](const Params& p) {
          return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 256, 4, false>, B16>(p, 0, props);
        }},
+      {"f8 2x256x4 c2",
+       [&](const Params& p) {
+         return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 256, 4, false, 2>, B16>(p, 0, props);
+       }},
   };
   const std::vector<std::pair<const char*, Launch>> block_variants = {
       {"f8b 2x128x6",
        [&](const Params& p) {
          return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true>, B16>(p, 0, props);
        }},
+      {"f8b 2x128x6 c2",
+       [&](const Params& p) {
+         return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 2>, B16>(p, 0, props);
+       }},
   };
   for (const auto& [label, launch] : fp8_variants) {
     for (Scale sc : {Scale::kTensor, Scale::kRow}) {
       for (Case c : {Case{1000, 1040, 528, Elem::kE4M3, Elem::kBF16, P::kAuto, sc, true, 1},
+                     Case{300, 2064, 1040, Elem::kE4M3, Elem::kBF16, P::kAuto, sc, true, 1},
                      Case{8192, 8192, 8192, Elem::kE4M3, Elem::kBF16, P::kAuto, sc, false, 1},
                      Case{4096, 4096, 4096, Elem::kE4M3, Elem::kBF16, P::kAuto, sc, false, 1}}) {
         bool ok;
-        Run(c, c.m == 1000, c.m == 1000 ? 0 : 20, &ok, label, launch);
+        Run(c, c.m <= 3000, c.m <= 3000 ? 0 : 20, &ok, label, launch);
         failed += !ok;
       }
     }
@@ -337,10 +351,11 @@ int main(int argc, char** argv) {
   for (const auto& [label, launch] : block_variants) {
     for (Case c :
          {Case{1000, 1040, 528, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, true, 1},
+          Case{300, 2064, 1040, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, true, 1},
           Case{8192, 8192, 8192, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, false, 1},
           Case{4096, 4096, 4096, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, false, 1}}) {
       bool ok;
-      Run(c, c.m == 1000, c.m == 1000 ? 0 : 20, &ok, label, launch);
+      Run(c, c.m <= 3000, c.m <= 3000 ? 0 : 20, &ok, label, launch);
       failed += !ok;
     }
   }
@@ -348,11 +363,13 @@ int main(int argc, char** argv) {
     if (variants_only && label[1] == 'm' && label[3] == '8') continue;  // sm80 ones
     for (Case c :
          {Case{1000, 1032, 520, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, true, 1},
+          Case{300, 2056, 1000, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, true, 1},
+          Case{3000, 2056, 1000, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, true, 1},
           Case{8192, 8192, 8192, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
           Case{4096, 4096, 4096, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
           Case{16384, 8192, 2048, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1}}) {
       bool ok;
-      Run(c, c.m == 1000, c.m == 1000 ? 0 : 20, &ok, label, launch);
+      Run(c, c.m <= 3000, c.m <= 3000 ? 0 : 20, &ok, label, launch);
       failed += !ok;
     }
   }

@@ -41,6 +41,27 @@ inline cudaError_t CurrentDevice(int* dev) {
   return *dev >= 0 && *dev < kMaxDevices ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
+// How many blocks or clusters of kKernel fit on the device at once for a launch shape `key`, as
+// ask(&fit) tells (the driver's occupancy calculator): asked once per device and shape, then
+// cached (launchers are hot), one entry per device holding the last shape asked about. At least 1.
+template <auto kKernel, class Ask>
+cudaError_t CachedFit(int key, int* fit, Ask ask) {
+  struct Entry {
+    int key = -1, fit = 0;
+  };
+  static Entry entries[kMaxDevices];
+  int dev = 0;
+  XK_CUDA_TRY(CurrentDevice(&dev));
+  Entry& e = entries[dev];
+  if (e.key != key) {
+    int n = 0;
+    XK_CUDA_TRY(ask(&n));
+    e = {key, n > 1 ? n : 1};  // benign race: every thread writes the same
+  }
+  *fit = e.fit;
+  return cudaSuccess;
+}
+
 // Properties of the current device, read once per device and cached (launchers are hot).
 struct DeviceProps {
   int sm_count = 0;

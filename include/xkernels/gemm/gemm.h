@@ -47,8 +47,13 @@ using Sm80Mid = Sm80Tile<64, 128, 2, 2, 4>;     // m <= 64
 using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
 
 //                                 consumers (64 rows each), n, stages, block scales
+// 16-bit inputs take them in clusters of 2 (b multicast: each block loads half of the b tile the
+// two share). Measured on the H100, gemm_probe, 100 calls back to back (the card at its power
+// limit), TFLOP/s, 1 -> clusters of 2: bf16 8192^3 645-665 -> 687-691, 4096^3 591-642 -> 639-676,
+// 16384x8192x2048 613-621 -> 617-650; e4m3 (per tensor 1393-1402 -> 1264-1338, per row
+// 1216-1293 -> 1251-1293, block 887-902 -> 871-876) keeps single blocks.
 template <typename T>
-using Sm90Large = Sm90Tile<T, 2, 256, 4, false>;
+using Sm90Large = Sm90Tile<T, 2, 256, 4, false, sizeof(T) == 2 ? 2 : 1>;
 // 64 < m <= 128: 128 x 128 tiles, twice Sm90Large's count, so that a batch of decode tokens
 // spreads the weight reads over more SMs with fewer k splits (H100, m 128, Llama 3 8B's layer:
 // 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)

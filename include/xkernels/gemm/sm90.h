@@ -32,16 +32,21 @@
 #include "xkernels/common.h"
 #include "xkernels/gemm/epilogue.h"
 #include "xkernels/gemm/params.h"
+#include "xkernels/reduce.h"
 #include "xkernels/tma.h"
 #include "xkernels/wgmma.h"
 
 namespace xkernels::gemm {
 
-template <typename T_, int kConsumers_, int kBN_, int kStages_, bool kBlockScale_>
+template <typename T_, int kConsumers_, int kBN_, int kStages_, bool kBlockScale_,
+          int kCluster_ = 1>
 struct Sm90Tile {
   using T = T_;  // __half, __nv_bfloat16 or __nv_fp8_e4m3
   static constexpr int kConsumers = kConsumers_, kBN = kBN_, kStages = kStages_;
   static constexpr bool kBlockScale = kBlockScale_;
+  // Clusters of kCluster blocks on vertically adjacent tiles (the same columns of the output):
+  // each block loads its own a and 1 / kCluster of the b tile they share, multicast to all.
+  static constexpr int kCluster = kCluster_;
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kBK = 128 / static_cast<int>(sizeof(T));  // one 128-byte row
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -57,6 +62,8 @@ struct Sm90Tile {
   static_assert(!kBlockScale || (sizeof(T) == 1 && kBN == 128),
                 "block scales: e4m3, one 128-column scale block per tile");
   static_assert(kBN <= 256 && kBM <= 256, "TMA boxes of at most 256 rows");
+  static_assert(kCluster == 1 || (kCluster == 2 && kBN % 16 == 0),
+                "clusters of 2, each b share a whole number of 8-row swizzle periods");
 };
 
 namespace detail {
@@ -65,27 +72,37 @@ namespace detail {
 // hand-over from one group to the other.
 constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3;
 
-// Work unit u -> its output tile (tm, tn) and k blocks.
+// Rows of tiles in steps of kCluster: a cluster's blocks take the tiles (kCluster tm2 + rank, tn).
+template <class Tl>
+XK_HOST_DEVICE int TileRows(const Params& p) {
+  const int tiles_m = (p.m + Tl::kBM - 1) / Tl::kBM;
+  return (tiles_m + Tl::kCluster - 1) / Tl::kCluster;
+}
+
+// Work unit u (of a block of cluster rank `rank`) -> its output tile (tm, tn) and k blocks. A
+// cluster's blocks take the same unit; a block past the last row of tiles loads zeros (TMA fills
+// rows outside the tensor) and stores nothing.
 struct Unit {
   int tm, tn, split, kb_begin, kb_count;
 };
 template <class Tl>
-XK_DEVICE Unit UnitOf(const Params& p, int u) {
-  const int tiles_m = (p.m + Tl::kBM - 1) / Tl::kBM, tiles_n = (p.n + Tl::kBN - 1) / Tl::kBN;
+XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
+  const int tiles_m = TileRows<Tl>(p), tiles_n = (p.n + Tl::kBN - 1) / Tl::kBN;
   const int tiles = tiles_m * tiles_n;
   Unit w;
   w.split = u / tiles;
   GroupedTile<16>(u % tiles, tiles_m, tiles_n, &w.tm, &w.tn);
+  w.tm = w.tm * Tl::kCluster + rank;
   SplitRange((p.k + Tl::kBK - 1) / Tl::kBK, p.splits, w.split, &w.kb_begin, &w.kb_count);
   return w;
 }
 
 }  // namespace detail
 
-// Work units of a call: output tiles x splits.
+// Work units of a call: output tiles (of clusters) x splits.
 template <class Tl>
 XK_HOST_DEVICE int64_t Sm90Units(const Params& p) {
-  return static_cast<int64_t>((p.m + Tl::kBM - 1) / Tl::kBM) * ((p.n + Tl::kBN - 1) / Tl::kBN) *
+  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ((p.n + Tl::kBN - 1) / Tl::kBN) *
          p.splits;
 }
 
@@ -107,20 +124,28 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   const uint32_t full0 = s_c + Tl::kCBytes;                 // kStages mbarriers, 8 bytes each
   const uint32_t empty0 = full0 + kStages * 8;
 
+  constexpr int kCluster = Tl::kCluster;
   const int wg = static_cast<int>(threadIdx.x) / 128;
   const int units = Sm90Units<Tl>(p);
-  const int u_first = static_cast<int>(blockIdx.x), u_step = static_cast<int>(gridDim.x);
+  const int rank = kCluster > 1 ? static_cast<int>(tma::cluster_rank()) : 0;
+  const int u_first = static_cast<int>(blockIdx.x) / kCluster,
+            u_step = static_cast<int>(gridDim.x) / kCluster;
 
   if (threadIdx.x == 0) {
     tma::prefetch_map(&map_a);
     tma::prefetch_map(&map_b);
     for (int s = 0; s < kStages; ++s) {
-      tma::mbar_init(full0 + 8 * s, 1);                    // the producer's expect_tx
-      tma::mbar_init(empty0 + 8 * s, 4 * Tl::kConsumers);  // one arrival per consumer warp
+      tma::mbar_init(full0 + 8 * s, 1);  // the producer's expect_tx
+      // one arrival per consumer warp of every block of the cluster (each writes b into all)
+      tma::mbar_init(empty0 + 8 * s, 4 * Tl::kConsumers * kCluster);
     }
     tma::mbar_fence_init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    reduce::cluster_sync();  // the peers' barriers are initialised before anyone arrives on them
+  } else {
+    __syncthreads();
+  }
   pdl_wait();
 
   if (wg == 0) {  // ---- producer
@@ -129,7 +154,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       int stage = 0;
       uint32_t phase = 0;
       for (int u = u_first; u < units; u += u_step) {
-        const detail::Unit w = detail::UnitOf<Tl>(p, u);
+        const detail::Unit w = detail::UnitOf<Tl>(p, u, rank);
         for (int kb = 0; kb < w.kb_count; ++kb) {
           tma::mbar_wait(empty0 + 8 * stage, phase ^ 1);  // a fresh barrier passes parity 1
           const uint32_t full = full0 + 8 * stage;
@@ -137,7 +162,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           const int k0 = (w.kb_begin + kb) * Tl::kBK;
           tma::mbar_arrive_expect_tx(full, Tl::kStageBytes);
           tma::load_2d(sa, &map_a, full, k0, w.tm * Tl::kBM);
-          tma::load_2d(sa + Tl::kABytes, &map_b, full, k0, w.tn * kBN);
+          if constexpr (kCluster > 1) {
+            // this block's share of b: rows rank * kBN / kCluster .. of the tile, into every block
+            constexpr int kRows = kBN / kCluster;
+            tma::load_2d_multicast(sa + Tl::kABytes + rank * kRows * 128, &map_b, full, k0,
+                                   w.tn * kBN + rank * kRows, (1u << kCluster) - 1);
+          } else {
+            tma::load_2d(sa + Tl::kABytes, &map_b, full, k0, w.tn * kBN);
+          }
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
@@ -146,9 +178,17 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   } else {
     // ---- consumers: warpgroup wg - 1 owns rows 64 (wg - 1) .. + 63 of each tile
     if constexpr (Tl::kConsumers > 1) wgmma::setmaxnreg_inc<232>();
-    // a stage's release: one arrival per warp on its empty barrier
+    // a stage's release: one arrival per warp on its empty barrier, in every block of the
+    // cluster (the next fill of the stage writes b into all of them)
     auto release = [&](int st) {
-      if (static_cast<int>(threadIdx.x) % 32 == 0) tma::mbar_arrive(empty0 + 8 * st);
+      if (static_cast<int>(threadIdx.x) % 32 == 0) {
+        if constexpr (kCluster > 1) {
+#pragma unroll
+          for (int r = 0; r < kCluster; ++r) tma::mbar_arrive_cluster(empty0 + 8 * st, r);
+        } else {
+          tma::mbar_arrive(empty0 + 8 * st);
+        }
+      }
     };
     const int cw = wg - 1;
     const int lane = static_cast<int>(threadIdx.x) % 32,
@@ -159,7 +199,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     float acc[kAcc];  // (n8 block j: rows g, g + 8 x columns 2c, 2c + 1)
 
     for (int u = u_first; u < units; u += u_step) {
-      const detail::Unit w = detail::UnitOf<Tl>(p, u);
+      const detail::Unit w = detail::UnitOf<Tl>(p, u, rank);
       const int row0 = w.tm * Tl::kBM + 64 * cw + 16 * warp + g;  // and row0 + 8
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
@@ -329,6 +369,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     if (threadIdx.x % 128 == 0 && done > 0) tma::bulk_wait<0>();
     pdl_release();
   }  // consumers
+  // a block leaves once its peers no longer write into its shared memory or arrive on its barriers
+  if constexpr (kCluster > 1) reduce::cluster_sync();
 #endif
 }
 
@@ -352,7 +394,8 @@ cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& 
   constexpr int kElem = static_cast<int>(sizeof(T));
   CUtensorMap map_a, map_b, map_c;
   XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda, Tl::kBM, Tl::kBK));
-  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, p.n, p.k, p.ldb, Tl::kBN, Tl::kBK));
+  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, p.n, p.k, p.ldb,
+                                     Tl::kBN / Tl::kCluster, Tl::kBK));
   // 16-bit outputs leave by TMA where out's base and pitch allow it (16-byte aligned)
   bool tma_store = false;
   if constexpr (sizeof(Out) == 2) {
@@ -368,10 +411,19 @@ cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& 
   if (!tma_store) map_c = map_a;  // unused
   void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, bool) = nullptr;
   XK_CUDA_TRY((PreparedSm90<Tl, Out>(&kernel)));
-  // a persistent grid: one block per SM
-  const dim3 grid(static_cast<unsigned>(units < props.sm_count ? units : props.sm_count));
+  // a persistent grid: one block per SM (as many clusters as fit at once)
+  int slots = props.sm_count;
+  if constexpr (Tl::kCluster > 1) {
+    XK_CUDA_TRY((CachedFit<Sm90Kernel<Tl, Out>>(0, &slots, [&](int* fit) {
+      const LaunchConfig one(dim3(Tl::kCluster), dim3(Tl::kThreads), stream, Tl::kCluster, false,
+                             Tl::kSmemBytes);
+      return cudaOccupancyMaxActiveClusters(fit, kernel, &one.cfg);
+    })));
+  }
+  const dim3 grid(static_cast<unsigned>((units < slots ? units : slots) * Tl::kCluster));
   {
-    const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, 1, UsePDL(props), Tl::kSmemBytes);
+    const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, Tl::kCluster, UsePDL(props),
+                          Tl::kSmemBytes);
     XK_CUDA_TRY(cudaLaunchKernelEx(&lc.cfg, kernel, map_a, map_b, map_c, p, tma_store));
   }
   return p.splits == 1 ? cudaSuccess : LaunchSplitKReduce<Out>(p, stream, props);
