@@ -32,14 +32,6 @@
 using namespace xkernels;
 using B16 = __nv_bfloat16;
 
-__global__ void FillB16(B16* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float u = static_cast<float>(ProbeHash(seed, i) & 0xFFFFFF) / 16777216.f;
-    p[i] = __float2bfloat16(lo + (hi - lo) * u);
-  }
-}
-
 __global__ void FillPos(int32_t* p, int64_t n, uint64_t seed, int max_pos) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -87,6 +87,18 @@ def test_norm_many_rows_strided_and_in_place(op):
     assert torch.equal(x, want)
 
 
+@pytest.mark.parametrize("cols", [2048, 3000, 4096, 5000, 7000, 10000, 16000])
+@pytest.mark.parametrize("rows", [300, 1024])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "op", ["layernorm", "rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm"])
+def test_norm_one_wave_grids(op, dtype, rows, cols):
+    """Grids of one wave of at most 8 rows per SM (row_kernel.h, LaunchOneWave: 265-1056 rows on
+    an H100): each width a branch of it (<= 256 / 384 / 512 / 768 / 1024 / 1536 / 2048 16-byte
+    vectors; 16-bit rmsnorm at 7000 the persistent RowKernelPipe, each block several rows)."""
+    check(op, (rows, cols), dtype, "cuda")
+
+
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "fused_add_rmsnorm"])
 def test_norm_many_rows_float32_weights(op):
     """The same grids with float32 columns for bf16 rows: their columns after the reduction."""
@@ -113,6 +125,43 @@ def test_softmax_rows_of_neg_inf_and_long_rows(dtype, cols):
     assert err < {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 4e-3}[dtype], err
     assert torch.allclose(y[[0, 2, 3]].double().sum(-1), torch.ones(3, dtype=torch.float64,
                           device="cuda"), atol=cols * 1e-3 if dtype != torch.float32 else 1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cols", [2049, 32001, 50257])
+def test_softmax_rows_not_16_byte_aligned(dtype, cols):
+    """Rows whose starts are not 16-byte aligned (odd lengths: each row misaligned differently).
+    out sharing every row's misalignment (a fresh out, in place, in place on strided rows) takes
+    the head / vectors / tail kernel; an out a few elements off keeps the element-wise kernel.
+    Tolerances: the float64 reference's, as for the other softmax tests."""
+    rows = 300
+    x = (torch.randn(rows, cols, device="cuda") * 3).to(dtype)
+    x[5, : cols // 2] = float("-inf")
+    x[7] = float("-inf")
+    ref = torch.softmax(x.double() * 0.7, -1).nan_to_num(0.0)
+    tol = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 4e-3}[dtype]
+
+    def close(y, want=ref):
+        err = (y.double() - want).abs().max().item()
+        assert err < tol, err
+
+    y = torch.full_like(x, float("nan"))
+    assert xt.softmax(x, scale=0.7, out=y) is y
+    close(y)
+    assert torch.equal(y[7], torch.zeros_like(y[7]))
+    z = x.clone()
+    xt.softmax(z, scale=0.7, out=z)
+    assert torch.equal(z, y)
+    buf = torch.full((rows * cols + 3,), float("nan"), device="cuda", dtype=dtype)
+    w = buf[3:].view(rows, cols)
+    xt.softmax(x, scale=0.7, out=w)
+    close(w)
+    wide = torch.full((rows, cols + 5), float("nan"), device="cuda", dtype=dtype)
+    v = wide[:, 2:cols + 2]
+    v.copy_(x)
+    xt.softmax(v, scale=0.7, out=v)
+    close(v)
+    assert wide[:, :2].isnan().all() and wide[:, cols + 2:].isnan().all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

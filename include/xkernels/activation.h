@@ -30,9 +30,10 @@ constexpr int64_t kMaxGridY = 65535;
 // (an earlier kernel form: gelu_and_mul 8192x28672 U4x128 2987 GB/s, U2 3065, U1 2978).
 // The spread follows each kernel's code and registers more than any rule we found: ops not
 // measured keep U2x128 S.
-template <int kU, int kT, bool kP>
+// kW: grids of up to kW waves of one vector per thread slot take the latency form (see Tiling).
+template <int kU, int kT, bool kP, int kW = 1>
 struct Throughput {
-  static constexpr int kUnroll = kU, kThreads = kT;
+  static constexpr int kUnroll = kU, kThreads = kT, kLatencyWaves = kW;
   static constexpr bool kPlain = kP;
 };
 using DefaultThroughput = Throughput<2, 128, false>;
@@ -60,11 +61,11 @@ struct Tiling {
 };
 
 // `plain`: every row stride of the launch is 2-D (RowStride::inner_count == 1), as U = 1 needs.
-// unroll and max_threads: the op's throughput shape (Throughput).
+// unroll, max_threads and latency_waves: the op's throughput shape (Throughput).
 inline Tiling Tile(int64_t rows, int64_t n, int sm_count, bool plain, int unroll,
-                   int max_threads) {
+                   int max_threads, int latency_waves = 1) {
   Tiling t;
-  t.latency = rows * n < int64_t{sm_count} * 2048 && rows <= kMaxGridY && plain;
+  t.latency = rows * n < int64_t{sm_count} * 2048 * latency_waves && rows <= kMaxGridY && plain;
   const int u = t.latency ? 1 : unroll;
   const int most = t.latency ? kLatencyThreads : max_threads;
   t.blocks_per_row = ceil_div<int64_t>(n, int64_t{u} * most);
@@ -241,7 +242,7 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
   const auto tile = [&](int64_t n) {
-    return Tile(rows, n, props.sm_count, plain, P::kUnroll, P::kThreads);
+    return Tile(rows, n, props.sm_count, plain, P::kUnroll, P::kThreads, P::kLatencyWaves);
   };
   // Narrower vectors, of W elements (their grids are below Tile's threshold: the latency form).
   const auto narrow = [&](auto w) {
@@ -278,10 +279,25 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
 }
 
 // Each op's kernel and throughput shape (see Throughput).
+// Gated activations: grids of up to 2 waves (one vector per thread slot) take the latency form
+// too (128 threads, one vector each, one row per blockIdx.y, 32-bit indices). Measured on H100s,
+// bf16 [rows, d], U1x256 strided -> the latency form, as the ratio to the best peer in xkernels
+// bench --sweep (the committed results; a run with the latency form up to 8 waves, on another
+// card), waves in brackets: silu_and_mul 128 x 18432 1.153 -> 1.121 (1.1), x 18944 1.140 ->
+// 1.120, x 25600 1.176 -> 1.165 (1.5), x 29568 1.184 -> 1.178 (1.75); gelu_tanh_and_mul 128 x
+// 21504 1.076 -> 0.978 (1.3), x 36864 1.143 -> 1.138 (2.2); past 2 waves it lost: silu_and_mul
+// 128 x 53248 1.108 -> 1.124 (3.2), 1024 x 11008 1.024 -> 1.054 (5.2), gelu_tanh_and_mul 1024 x
+// 10240 1.007 -> 1.022 (4.9). In benchmarks/rows_probe.cu (CUDA graphs of 40 calls, one output
+// buffer for every call) it gained there too (us: silu_and_mul 128 x 53248 13.62 -> 13.14, 1024
+// x 8192 17.34 -> 16.80, 8192 x 1536 25.88 -> 24.96), and the probe timed our kernels 15-25%
+// faster than the bench does: its conditions differ from the bench's somewhere (not found yet).
+// Tried in the probe, none faster than the latency form by more than 1%: one flat index over
+// rows x vectors, plain or persistent, U = 1-4, 128-512 threads; without PDL every form was
+// 4-11% slower (silu_and_mul 128 x 14336 4.44 -> 4.95 us).
 template <math::Act A, typename T>
 struct ActAndMulK {
-  using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true>,
-                               Throughput<1, 256, false>>;
+  using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true, 2>,
+                               Throughput<1, 256, false, 2>>;
   template <int V, int U, Form F>
   struct K {
     static constexpr auto kernel = ActAndMulKernel<A, T, V, U, F>;

@@ -512,6 +512,49 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   store_row<Op>(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
 }
 
+// Persistent blocks of kThreads, VPT vectors per thread, each taking rows blockIdx.x, + gridDim.x,
+// ...: the next row's loads are issued before this row is reduced and stored, so that a block
+// keeps loads in flight through its reduction and stores, and the columns are loaded once per
+// block (into registers where Columns fits them). The block reduction alternates between two
+// halves of its scratch, so that it needs no trailing barrier. Measured: see LaunchOneWave.
+template <class Op, typename T, typename W, int kThreads, int VPT>
+__global__ void __launch_bounds__(kThreads)
+    RowKernelPipe(const RowArgs<T, W> a, const typename Op::Attr attr) {
+  constexpr int V = static_cast<int>(16 / sizeof(T));
+  static_assert(kThreads <= 512, "two halves of at most 16 warp partials");
+  __shared__ uint4 smem[32];
+  const int n = a.cols / V;
+  const int64_t step = gridDim.x;
+  int64_t row = blockIdx.x;  // < a.rows: the grid has at most one block per row
+  Vec<T, V> x[VPT], r[VPT];
+  bool ok[VPT];
+  pdl_wait();
+  pdl_release();
+  load_row<Op, T, W, V, VPT, false>(a, RowAt<T, W>{a, row, true}, true, threadIdx.x, kThreads, n,
+                                    x, r, ok);
+  Columns<Op, T, W, V, VPT, true> cols;
+  cols.load(a, threadIdx.x, kThreads, ok);
+  float shift = row_shift<Op>(a, RowAt<T, W>{a, row, true}, true);
+  for (int t = 0; row < a.rows; row += step, ++t) {
+    const int64_t next = row + step;
+    const bool more = next < a.rows;  // uniform over the block
+    Vec<T, V> nx[VPT], nr[VPT];
+    bool nok[VPT];
+    load_row<Op, T, W, V, VPT, false>(a, RowAt<T, W>{a, next, more}, more, threadIdx.x, kThreads,
+                                      n, nx, nr, nok);
+    const float next_shift = row_shift<Op>(a, RowAt<T, W>{a, next, more}, more);
+    const RowAt<T, W> at{a, row, true};
+    add_residual<Op, T, W, V, VPT>(a, at, threadIdx.x, kThreads, x, r, ok);
+    const typename Op::Stats s = row_stats<Op, T, V, VPT>(
+        x, ok, reduce::BlockReducer<false, kThreads / 32>{smem + (t & 1) * 16}, attr, shift,
+        a.cols);
+    store_row<Op>(a, at, threadIdx.x, kThreads, x, ok, cols, Op::finalize(s, a.cols, attr), attr);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) x[j] = nx[j], r[j] = nr[j];
+    shift = next_shift;
+  }
+}
+
 // Persistent cluster rows, staged: while a block works on one row, its share of the next row is
 // already on its way into shared memory (one bulk copy, issued by one thread, counted on an
 // mbarrier), so each block keeps a load in flight through its reductions, exchange and stores.
@@ -841,27 +884,6 @@ constexpr auto PersistentClusterKernel() {
   }
 }
 
-// How many blocks or clusters of kKernel fit on the device at once for a launch shape `key`, as
-// ask(&fit) tells (the driver's occupancy calculator): asked once per device and shape, then
-// cached (launchers are hot), one entry per device holding the last shape asked about. At least 1.
-template <auto kKernel, class Ask>
-cudaError_t CachedFit(int key, int* fit, Ask ask) {
-  struct Entry {
-    int key = -1, fit = 0;
-  };
-  static Entry entries[kMaxDevices];
-  int dev = 0;
-  XK_CUDA_TRY(CurrentDevice(&dev));
-  Entry& e = entries[dev];
-  if (e.key != key) {
-    int n = 0;
-    XK_CUDA_TRY(ask(&n));
-    e = {key, std::max(n, 1)};  // benign race: every thread writes the same
-  }
-  *fit = e.fit;
-  return cudaSuccess;
-}
-
 // Rows split over clusters of c blocks of `threads`, for grids larger than a wave: persistent,
 // twice as many clusters as fit on the device at once (at most one per row), each taking every
 // step-th row, so that the exchange's setup (one cluster barrier) is paid once per cluster, not
@@ -960,6 +982,73 @@ cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& 
   return c == 2 && share > kSmemSmallShare
              ? LaunchSmemClusters<Op, T, W, V, true>(a, attr, c, share, props, stream)
              : LaunchSmemClusters<Op, T, W, V, false>(a, attr, c, share, props, stream);
+}
+
+// Grids of a few rows per SM: more than early_columns, at most kWaveRows rows per SM, which
+// blocks of 256 threads (at most 8 per SM) run in one wave. Measured: see LaunchOneWave.
+constexpr int kWaveRows = 8;
+inline bool one_wave(int64_t blocks, int sm_count) {
+  return !early_columns(blocks, sm_count) && blocks <= int64_t{kWaveRows} * sm_count;
+}
+
+// Rows of 129-2048 16-byte vectors in one_wave grids, ops with columns. The launches these grids
+// took before were shaped for more rows: RowKernel or RowKernelFlat of 64-192 threads, of which
+// 9-16 blocks fit per SM where the grid needs 8. With PDL the next kernel's blocks take the slots
+// this one leaves free, and when this one ends its remaining blocks start wherever a slot frees
+// first, some SMs then holding 12 rows and others 4: rmsnorm 1024x4096 (RowKernelFlat 128 x 4,
+// 12 blocks per SM) 7.90 us with PDL, 6.56 without, 6.19 with PDL and its blocks capped at 8 per
+// SM by dynamic shared memory. Here: RowKernelFlat of 256 threads x ceil(n / 256) vectors (128 x
+// 3 for 257-384, fewer idle threads), the columns loaded with the row (into registers where
+// Columns fits them), at most 8 blocks per SM; rmsnorm's rows of 769-1024 vectors (16-bit
+// weights) over one wave of persistent RowKernelPipe blocks (512 x 2, two per SM), which load the
+// weights once and the next row during this one; rows of 1025-2048 vectors RowKernelFlat 512 x
+// 3 (columns from memory) or x 4 (columns loaded with the row).
+// Measured on the H100 (benchmarks/rows_probe.cu: CUDA graphs of 40 calls, inputs rotating over
+// 3x the L2, PDL; bf16, us; its copy kernel 2830-2880 GB/s), before -> after (another shape
+// tried):
+//   rmsnorm 1024 x 2048 4.47 -> 3.46, x 3072 5.70 -> 4.80 (256 x 2 4.68-4.90), x 4096 7.90 ->
+//   5.46 (128 x 4 5.73), x 5120 7.95 -> 6.91, x 7168 10.01 -> 8.97 (RowKernelFlat 256 x 4 9.25),
+//   x 8192 11.62 -> 10.13 (256 x 4 10.76, 512 x 2 10.47), x 12288 18.41 -> 17.38; 600 x 4096
+//   4.61 -> 4.12, 600 x 8192 8.02 -> 6.90; gemma_rmsnorm 1024 x 3584 7.12 -> 5.29 (128 x 4
+//   5.19), x 3840 7.57 -> 5.42, x 5376 7.83 -> 7.22; fused_add_rmsnorm (out=) 1024 x 2048 6.38
+//   -> 5.47, x 3584 9.96 -> 9.06 (128 x 4 8.93), x 4096 11.52 -> 10.41 (512 x 1 10.09), x 12288
+//   38.53 -> 35.42, x 16384 48.98 -> 47.38; layernorm 1024 x 2560 5.77 -> 4.66 (256 x 2 5.40).
+// In xkernels bench --sweep (ratio to the best peer, committed results -> this rule, another
+// H100): rmsnorm 1024 x 2048 1.229 -> 1.020, x 3584 1.243 -> 0.985, x 4096 1.309 -> 1.048, x
+// 5120 1.212 -> 1.093, x 7168 1.219 -> 1.150, x 8192 1.155 -> 1.087; gemma_rmsnorm 1024 x 3840
+// 1.258 -> 1.030, x 5376 1.153 -> 1.086; fused_add_rmsnorm 1024 x 2048 (out=) 1.075 -> 0.911,
+// x 12288 1.041 -> 0.955; layernorm 1024 x 2560 1.062 -> 0.879. There the bench timed these
+// kernels 15-25% slower than the probe did (rmsnorm 1024 x 4096 6.80 against 5.44 us).
+// Not taken (not measured): rows of 769-1024 vectors of the fused ops and layernorm. Not taken
+// yet: grids of 2-4 waves, where the same kernels gained too (rmsnorm 2048 x 4096 RowKernelFlat
+// 128 x 4 11.70, 256 x 2 with the weights in registers 9.79; 4096 x 2048 RowKernel 128 x 2
+// 11.35, RowKernelFlat 128 x 2 9.79), though not at 8192 x 4096 (45.8 either way).
+template <class Op, typename T, typename W>
+cudaError_t LaunchOneWave(const RowArgs<T, W>& a, const typename Op::Attr& attr, int64_t n,
+                          const DeviceProps& props, cudaStream_t stream) {
+  constexpr ColumnsIn kReg = ColumnsIn::kRegisters;
+  const dim3 grid(static_cast<unsigned>(a.rows));
+  const auto flat = [&](auto kernel, int threads) {
+    return LaunchKernel(kernel, grid, threads, stream, props, 1, a, attr);
+  };
+  if (n <= 256) return flat(RowKernelFlat<Op, T, W, 256, 1, kReg>, 256);
+  if (n <= 384) return flat(RowKernelFlat<Op, T, W, 128, 3, kReg>, 128);
+  if (n <= 512) return flat(RowKernelFlat<Op, T, W, 256, 2, kReg>, 256);
+  if (n <= 768) return flat(RowKernelFlat<Op, T, W, 256, 3, kReg>, 256);
+  if (n <= 1024) {
+    constexpr auto kernel = RowKernelPipe<Op, T, W, 512, 2>;
+    int fit = 0;
+    XK_CUDA_TRY(CachedFit<kernel>(512, &fit, [&](int* f) {
+      XK_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kernel, 512, 0));
+      *f *= props.sm_count;
+      return cudaSuccess;
+    }));
+    const int64_t blocks = std::min<int64_t>(a.rows, fit);
+    return LaunchKernel(kernel, dim3(static_cast<unsigned>(blocks)), 512, stream, props, 1, a,
+                        attr);
+  }
+  if (n <= 1536) return flat(RowKernelFlat<Op, T, W, 512, 3>, 512);
+  return flat(RowKernelFlat<Op, T, W, 512, 4, kReg>, 512);
 }
 
 // Launch with a fixed vector width V: pick the scope and vectors per thread from the row length.
@@ -1069,6 +1158,11 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     constexpr bool kSharedColumns = (Op::kFusedAdd || Op::kBias) && sizeof(W) * V == 16;
     const dim3 grid(static_cast<unsigned>(blocks));
     const bool n1024 = n > 768 && n <= 1024;
+    if constexpr (Op::kWeight) {
+      if (one_wave(blocks, props.sm_count) && (!n1024 || kRmsColumns) && n <= 2048) {
+        return LaunchOneWave<Op, T, W>(a, attr, n, props, stream);
+      }
+    }
     if (n1024 && blocks > props.sm_count && early_columns(blocks, props.sm_count)) {
       if constexpr (kRmsColumns) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3>, grid, 512,
