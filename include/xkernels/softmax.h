@@ -10,6 +10,9 @@ namespace xkernels {
 namespace softmax {
 
 // Running max and sum of 2^(v - max): the online-softmax state.
+// Rows at least this long that cannot take 16-byte vectors take SoftmaxUnalignedKernel.
+constexpr int kUnalignedMinCols = 2048;
+
 struct MaxSum {
   float m, s;
 };
@@ -75,6 +78,77 @@ struct SoftmaxOp {
   }
 };
 
+// Rows that do not start 16-byte aligned (a row length that is not a multiple of 16 bytes:
+// GPT-2's vocabulary of 50257), where out and in share every row's misalignment (the same row
+// strides, bases a multiple of 16 bytes apart): each row as up to V - 1 leading elements, 16-byte
+// vectors, and the trailing elements. Two passes over the row, (max, sum) then the output, the
+// second mostly from L2 (the rows of 4 blocks of kThreads per SM in flight); persistent blocks,
+// one row at a time. Before it these rows took RowKernelLong with 2-byte accesses: 1024x50257
+// bf16 869 GB/s, 8192x50257 908 (H100, the sweep of 2026-11-26).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    SoftmaxUnalignedKernel(const rowwise::RowArgs<T, T> a, const SoftmaxOp::Attr attr) {
+  constexpr int V = vec16<T>();
+  __shared__ uint4 scratch[2][32];  // two reductions' warp partials, alternating (no 2nd barrier)
+  pdl_wait();
+  pdl_release();
+  int t = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x, ++t) {
+    const T* in = a.in + a.in_rs.offset(row);
+    T* out = a.out + a.out_rs.offset(row);
+    const int mis = static_cast<int>((reinterpret_cast<uintptr_t>(in) / sizeof(T)) % V);
+    const int head = min(a.cols, mis == 0 ? 0 : V - mis);  // elements before the first vector
+    const int body = (a.cols - head) / V;                    // 16-byte vectors
+    const int tail = head + body * V;                        // the first element after them
+    // pass 1: this thread's (max, sum of 2^(v - max)) over its elements, v = x * scale * log2(e)
+    MaxSum st{-math::kInf, 0.f};
+    auto take = [&](const float (&v)[V], int count) {
+      float vm = -math::kInf;
+#pragma unroll
+      for (int k = 0; k < V; ++k) vm = k < count ? fmaxf(vm, v[k]) : vm;
+      const float m = fmaxf(st.m, vm);
+      if (m == -math::kInf) return;
+      float s = st.s * math::ex2_approx(st.m - m);  // 2^-inf = 0
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += k < count ? math::ex2_approx(v[k] - m) : 0.f;
+      st = {m, s};
+    };
+    auto edge = [&](int j) {  // one element of the head or the tail
+      float v[V] = {};
+      v[0] = to_float(in[j]) * attr.scale_log2;
+      take(v, 1);
+    };
+    for (int j = static_cast<int>(threadIdx.x); j < head; j += kThreads) edge(j);
+    for (int j = tail + static_cast<int>(threadIdx.x); j < a.cols; j += kThreads) edge(j);
+#pragma unroll 4
+    for (int i = static_cast<int>(threadIdx.x); i < body; i += kThreads) {
+      float v[V];
+      Vec<float, V>::cast_load(v, in + head + i * V);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] *= attr.scale_log2;
+      take(v, V);
+    }
+    st = reduce::BlockReducer<false, kThreads / 32>{scratch[t & 1]}(st, SoftmaxOp::Merge{});
+    const SoftmaxOp::Param p = SoftmaxOp::finalize(st, a.cols, attr);
+    // pass 2: the outputs
+    auto value = [&](float x) { return SoftmaxOp::apply(x * attr.scale_log2, 0.f, 0.f, p, attr); };
+    for (int j = static_cast<int>(threadIdx.x); j < head; j += kThreads) {
+      out[j] = from_float<T>(value(to_float(in[j])));
+    }
+    for (int j = tail + static_cast<int>(threadIdx.x); j < a.cols; j += kThreads) {
+      out[j] = from_float<T>(value(to_float(in[j])));
+    }
+#pragma unroll 4
+    for (int i = static_cast<int>(threadIdx.x); i < body; i += kThreads) {
+      float v[V];
+      Vec<float, V>::cast_load(v, in + head + i * V);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = value(v[k]);
+      Vec<T, V>::cast_store(out + head + i * V, v);
+    }
+  }
+}
+
 }  // namespace softmax
 
 /// out = softmax(scale * input) over each row of [rows, cols].
@@ -88,7 +162,23 @@ cudaError_t Softmax(T* out, const T* input, int64_t rows, int cols, RowStride ou
   a.in_rs = in_stride;
   a.rows = rows;
   a.cols = cols;
-  return rowwise::LaunchRows<softmax::SoftmaxOp>(a, {scale * math::kLog2e}, stream);
+  const softmax::SoftmaxOp::Attr attr{scale * math::kLog2e};
+  constexpr int kV = vec16<T>();
+  const bool vectors = cols % kV == 0 && is_aligned(input, 16) && in_stride.divisible_by(kV) &&
+                       is_aligned(out, 16) && out_stride.divisible_by(kV);
+  const uintptr_t apart = reinterpret_cast<uintptr_t>(out) - reinterpret_cast<uintptr_t>(input);
+  const bool same_rows = in_stride.outer == out_stride.outer &&
+                         in_stride.inner == out_stride.inner &&
+                         in_stride.inner_count == out_stride.inner_count && apart % 16 == 0;
+  if (!vectors && same_rows && cols >= softmax::kUnalignedMinCols && rows > 0) {
+    DeviceProps props;
+    XK_CUDA_TRY(GetDeviceProps(&props));
+    constexpr int kThreads = 512;
+    const int64_t blocks = std::min<int64_t>(rows, int64_t{4} * props.sm_count);
+    return LaunchKernel(softmax::SoftmaxUnalignedKernel<T, kThreads>,
+                        dim3(static_cast<unsigned>(blocks)), kThreads, stream, props, 1, a, attr);
+  }
+  return rowwise::LaunchRows<softmax::SoftmaxOp>(a, attr, stream);
 }
 
 }  // namespace xkernels
