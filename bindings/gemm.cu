@@ -5,9 +5,11 @@
 // outputs, the workspace, inputs, then scalars, as the op table's encodings:
 //
 //   gemm(out, workspace, a, b, bias, out_dtype, b_layout, num_splits, kernel)
+//   gemm_gated(out, workspace, a, b, bias, act, out_dtype, num_splits, kernel)
 //   gemm_fp8(out, workspace, a, b, a_scale, b_scale, bias, out_dtype, num_splits, kernel)
 //   quantize_fp8(q, scale, x, granularity)
 //   gemm_plan(device_id, a_shape, b_shape, bias_shape, out_dtype, b_layout, num_splits, kernel)
+//   gemm_gated_plan(device_id, a_shape, b_shape, bias_shape, act, out_dtype, num_splits, kernel)
 //   gemm_fp8_plan(device_id, a_shape, b_shape, a_scale_shape, b_scale_shape, bias_shape,
 //                 out_dtype, num_splits, kernel)                  -> (num_splits, workspace floats)
 //
@@ -23,9 +25,11 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common.h"
 #include "host/gemm.h"
+#include "host/ops.h"
 #include "xkernels/gemm/params.h"
 
 #ifndef XKERNELS_HOST_ONLY
@@ -266,17 +270,41 @@ void CheckSupported(const char* op, const Params& p, const TensorView& a) {
 #endif
 }
 
+// Floats of workspace p needs on GPU device `dev` (p.splits set).
+int64_t WorkspaceNeed(const Params& p, int dev) {
+#ifndef XKERNELS_HOST_ONLY
+  return gemm::WorkspaceElems(p, DeviceCc(dev) / 10);
+#else
+  (void)dev;
+  return gemm::WorkspaceElems(p, false);
+#endif
+}
+
+// The host's gated product: the whole [m, 2n] product in floats, then act(gate) * up.
+void HostGated(const Params& p) {
+  std::vector<float> whole(static_cast<size_t>(p.m) * 2 * p.n);
+  Params q = p;
+  q.act = -1, q.n = 2 * p.n, q.out = whole.data(), q.out_type = Elem::kF32, q.ldc = q.n;
+  host::Gemm(q);
+  const host::DType out_type = p.out_type == Elem::kF16    ? host::DType::kF16
+                               : p.out_type == Elem::kBF16 ? host::DType::kBF16
+                                                           : host::DType::kF32;
+  const host::Mat out{p.out, out_type, RowStride(p.ldc)};
+  const host::Mat in{whole.data(), host::DType::kF32, RowStride(q.n)};
+  host::ActAndMul(out, in, p.m, p.n, static_cast<host::Act>(p.act));
+}
+
 // Sets the splits and workspace and runs p on a's device (the host ignores splits and path).
 void RunGemm(const char* op, Params& p, const TensorView& workspace, const TensorView& a,
              int64_t num_splits) {
   const bool gpu = a.device().device_type == kDLCUDA;
   p.splits = gpu ? static_cast<int32_t>(std::max<int64_t>(num_splits, 1)) : 1;
-  const int64_t need = gpu ? gemm::WorkspaceElems(p.splits, p.m, p.n) : 0;
+  const int64_t need = gpu ? WorkspaceNeed(p, a.device().device_id) : 0;
   CheckWorkspace(op, workspace, a, need);
   p.workspace = need ? static_cast<float*>(Ptr(workspace)) : nullptr;
   CheckSupported(op, p, a);
   if (p.m == 0 || p.n == 0) return;
-  XK_ON_DEVICE(op, a, gemm::Gemm(p, stream), host::Gemm(p));
+  XK_ON_DEVICE(op, a, gemm::Gemm(p, stream), p.act >= 0 ? HostGated(p) : host::Gemm(p));
 }
 
 // ------------------------------------------------------------------------------------- gemm
@@ -321,6 +349,53 @@ void GemmOp(TensorView out, TensorView workspace, TensorView a, TensorView b, Te
   p.in_type = in, p.out_type = out_type;
   p.b_layout = kn ? BLayout::kKN : BLayout::kNK;
   p.path = static_cast<Path>(kernel);
+  RunGemm(op, p, workspace, a, num_splits);
+}
+
+// ------------------------------------------------------------------------------------- gemm_gated
+
+// out [..., n] = act(a @ b[:n]^T + bias[:n]) * (a @ b[n:]^T + bias[n:]) for b [2n, k] (the gate's
+// rows first): a gated MLP's gate and up projections and their act_and_mul in one GEMM.
+void GemmGatedOp(TensorView out, TensorView workspace, TensorView a, TensorView b,
+                 TensorView bias, int64_t act, int64_t out_dtype, int64_t num_splits,
+                 int64_t kernel) {
+  constexpr const char* op = "gemm_gated";
+  CheckDeviceType(op, "a", a);
+  const Elem in = Type16(op, "a", a);
+  CheckDevice(op, "b", b, "a", a);
+  CheckSameDType(op, "b", b, "a", a);
+  CheckMinDim(op, "a", a, 1);
+  CheckNdim(op, "b", b, 2, "[2n, k] (the gate's n rows, then the up's)");
+  const int64_t k = a.size(-1), rows = b.size(0), n = rows / 2;
+  if (b.size(1) != k) {
+    TVM_FFI_THROW(ValueError) << op << ": b must be [2n, k] with k = " << k
+                              << " (a's last dimension), got shape " << ShapeStr(ShapeOf(b));
+  }
+  CheckMultiple(op, "k (a's last dimension)", k, 8);
+  CheckMultiple(op, "2n (b's first dimension: gate and up rows)", rows, 16);
+  if (act < 0 || act > 2) {
+    TVM_FFI_THROW(ValueError) << op << ": act must be 0 ('silu'), 1 ('gelu') or 2 ('gelu_tanh'), "
+                              << "got " << act;
+  }
+  const int64_t m = Rows(a);
+  CheckBelow2e31(op, "m (a's rows)", m);
+  CheckBelow2e31(op, "k", k);
+  CheckBelow2e31(op, "2n", rows);
+  const Elem out_type = OutType(op, out_dtype, in);
+  CheckScalars(op, num_splits, kernel);
+  Params p;
+  p.ldc = CheckOut(op, out, a, n, out_type);
+  p.bias = CheckBias(op, bias, a, rows, in, "a's dtype", &p.bias_type);
+  p.lda = RowPitch(op, "a", a);
+  p.ldb = RowPitch(op, "b", b);
+  CheckAligned(op, "a", a, p.lda, 8);
+  CheckAligned(op, "b", b, p.ldb, 8);
+  CheckAligned(op, "out", out, p.ldc, 8);
+  p.a = Ptr(a), p.b = Ptr(b), p.out = Ptr(out);
+  p.m = static_cast<int32_t>(m), p.n = static_cast<int32_t>(n), p.k = static_cast<int32_t>(k);
+  p.in_type = in, p.out_type = out_type;
+  p.path = static_cast<Path>(kernel);
+  p.act = static_cast<int32_t>(act);
   RunGemm(op, p, workspace, a, num_splits);
 }
 
@@ -569,7 +644,8 @@ Array<int64_t> PlanOf(const char* op, Params& p, bool valid, int64_t device_id,
     }
     splits = std::clamp<int64_t>(chosen, 1, kMaxSplits);
   }
-  return Array<int64_t>({splits, gemm::WorkspaceElems(splits, p.m, p.n)});
+  p.splits = static_cast<int32_t>(splits);
+  return Array<int64_t>({splits, WorkspaceNeed(p, static_cast<int>(device_id))});
 #endif
 }
 
@@ -598,6 +674,20 @@ Array<int64_t> GemmPlan(int64_t device_id, Array<int64_t> a, Array<int64_t> b, A
   return PlanOf("gemm", p, valid, device_id, num_splits);
 }
 
+Array<int64_t> GemmGatedPlan(int64_t device_id, Array<int64_t> a, Array<int64_t> b, Array<int64_t>,
+                             int64_t act, int64_t out_dtype, int64_t num_splits, int64_t kernel) {
+  Params p;
+  bool valid = b.size() == 2 && b[0] % 16 == 0 && act >= 0 && act <= 2 && kernel >= 0 &&
+               kernel <= 2 && Sizes(a, b[0] / 2, b[1], 8, p);
+  if (valid) {
+    p.in_type = Elem::kBF16;  // the tiles are the same for float16
+    p.out_type = out_dtype == static_cast<int64_t>(Elem::kF32) ? Elem::kF32 : Elem::kBF16;
+    p.path = static_cast<Path>(kernel);
+    p.act = static_cast<int32_t>(act);
+  }
+  return PlanOf("gemm_gated", p, valid, device_id, num_splits);
+}
+
 Array<int64_t> GemmFp8Plan(int64_t device_id, Array<int64_t> a, Array<int64_t> b,
                            Array<int64_t> a_scale, Array<int64_t> b_scale, Array<int64_t>,
                            int64_t out_dtype, int64_t num_splits, int64_t kernel) {
@@ -619,8 +709,10 @@ Array<int64_t> GemmFp8Plan(int64_t device_id, Array<int64_t> a, Array<int64_t> b
 }  // namespace xkernels::bind
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm, xkernels::bind::GemmOp);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_gated, xkernels::bind::GemmGatedOp);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8, xkernels::bind::GemmFp8Op);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(quantize_fp8, xkernels::bind::QuantizeFp8Op);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_plan, xkernels::bind::GemmPlan);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_gated_plan, xkernels::bind::GemmGatedPlan);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_fp8_plan, xkernels::bind::GemmFp8Plan);
 XK_EXPORT_DRY_RUN();

@@ -118,7 +118,7 @@ class Case:
     def out_shape(self) -> tuple:
         a, b = self.inputs["a"], self.inputs["b"]
         n = b.shape[1] if self.attrs.get("b_layout") == "KN" else b.shape[0]
-        return (*a.shape[:-1], n)
+        return (*a.shape[:-1], n // 2 if self.op == "gemm_gated" else n)
 
 
 def gemm_case(m, n, k, dtype, device, seed, *, bias=None, out_dtype=None, b_layout="NK",
@@ -136,6 +136,22 @@ def gemm_case(m, n, k, dtype, device, seed, *, bias=None, out_dtype=None, b_layo
     attrs = {"out_dtype": out_dtype, "b_layout": b_layout, "num_splits": num_splits,
              "kernel": kernel}
     return Case("gemm", inputs, attrs, f"m{m} n{n} k{k} {layout} bias={bias}")
+
+
+def gated_case(m, n, k, dtype, device, seed, *, act="silu", bias=None, out_dtype=None,
+               layout="contiguous", num_splits=0, kernel="auto") -> Case:
+    """gemm_gated: a [m, k] (layouts as gemm_case's), b [2n, k] (gate rows, then up rows), bias
+    None, "a" or "float32" of 2n; out [m, n]."""
+    gen = _gen(seed)
+    a = randn((2, m, k) if layout.startswith("lead") else (m, k), dtype, device, gen)
+    b = randn((2 * n, k), dtype, device, gen)
+    if layout.endswith("strided"):
+        a, b = strided(a), strided(b, pad=24)
+    inputs = {"a": a, "b": b, "bias": None}
+    if bias is not None:
+        inputs["bias"] = randn((2 * n,), dtype if bias == "a" else torch.float32, device, gen)
+    attrs = {"act": act, "out_dtype": out_dtype, "num_splits": num_splits, "kernel": kernel}
+    return Case("gemm_gated", inputs, attrs, f"m{m} n{n} k{k} {act} {layout} bias={bias}")
 
 
 # a_scale / b_scale kinds -> the shapes they are given in (m: a's rows, n: b's rows)
@@ -179,8 +195,8 @@ def as_float64(t: torch.Tensor | None) -> np.ndarray | None:
 
 
 def reference(case: Case) -> np.ndarray:
-    """The float64 reference of a gemm or gemm_fp8 case (NumPy)."""
-    attrs = {k: v for k, v in case.attrs.items() if k == "b_layout"}
+    """The float64 reference of a gemm, gemm_gated or gemm_fp8 case (NumPy)."""
+    attrs = {k: v for k, v in case.attrs.items() if k in ("b_layout", "act")}
     return getattr(R, case.op)(*[as_float64(t) for t in case.args()], **attrs)
 
 
@@ -225,6 +241,13 @@ def tolerance(case: Case) -> tuple[float, float]:
         acc = (k / 32 + 1) * 2.0 ** -14
     else:
         acc = 4 * 2.0 ** -22 * math.sqrt(max(k, 1))
+    if case.op == "gemm_gated":
+        # act(g) * u from g and u each off by e = acc * size: off by about |act'(g)| |u| e +
+        # |act(g)| e, with |act'| <= 1.13 (gelu's largest slope; silu's 1.10) and |act(g)| <= |g|
+        e = acc * size
+        prod = R.gemm(*[as_float64(case.inputs[x]) for x in ("a", "b", "bias")])
+        g, u = np.split(np.abs(prod), 2, axis=-1)
+        return UNIT[case.out_dtype], e * (1.13 * u.max(initial=0) + g.max(initial=0) + e)
     return UNIT[case.out_dtype], acc * size
 
 

@@ -993,7 +993,7 @@ def test_gemm_cases():
 
     full = bg.select_cases()
     labels = [c.label for c in full]
-    assert len(full) == 7 + 12 + 8 and len(set(labels)) == len(full)
+    assert len(full) == 7 + 12 + 4 + 8 and len(set(labels)) == len(full)
     for name in ("bfloat16 mm 8192x8192x8192", "float16 mm 8192x8192x8192",  # anchors.md's names
                  "float16 mm 4096x4096x4096", "float16 mm 16384x8192x2048",
                  "fp8e4m3 mm 8192x8192x8192 per-tensor", "fp8e4m3 mm 8192x8192x8192 rowwise",
@@ -1009,6 +1009,11 @@ def test_gemm_cases():
         (m, 8192, g) for m in (8192, 16) for g in bg.GRANULARITIES}
     assert all(c.op == "quantize_fp8" and c.dtype == "bf16" for c in quant)
     assert {c.op for c in full if c.kind == "gemm"} == {"gemm", "gemm_fp8"}
+    gated = [c for c in full if c.kind == "gated"]
+    assert {(c.m, c.n, c.k) for c in gated} == {(m, 14336, 4096) for m in (8192, 4096, 128, 1)}
+    assert all(c.op == "gemm_gated" and not c.decode for c in gated)
+    assert "bfloat16 mm+silu_and_mul 8192x14336x4096" in labels
+    assert bg.flops(gated[0]) == 4 * 8192 * 14336 * 4096
     quick = bg.select_cases(quick=True)
     assert {c.kind for c in quick} == {"gemm", "quantize"} and any(c.decode for c in quick)
     assert all(c in full for c in quick)

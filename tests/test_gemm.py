@@ -31,6 +31,7 @@ from gemm_cases import (
     e4m3,
     fp8_case,
     from_numpy,
+    gated_case,
     gemm_case,
     quantize_input,
     quantize_reference,
@@ -79,6 +80,27 @@ def test_host_gemm(dtype, m, variant):
     n, k = HOST_NK[m]
     check(gemm_case(m, n, k, dtype, CPU, seed_of("gemm", dtype, m, variant),
                     **GEMM_VARIANTS[variant]))
+
+
+# gemm_gated: act(a @ gate^T + bias) * (a @ up^T + bias) for b [2n, k]; n as gemm's (200 outputs:
+# 400 rows of b, no tile's multiple)
+GATED_VARIANTS = {
+    "plain": {},
+    "bias": {"bias": "a"},
+    "gelu-bias-f32": {"act": "gelu", "bias": "float32"},
+    "gelu_tanh-out-f32": {"act": "gelu_tanh", "out_dtype": "float32", "bias": "a"},
+    "strided": {"layout": "strided", "bias": "a"},
+    "lead-splits3": {"layout": "lead", "num_splits": 3},
+}
+
+
+@pytest.mark.parametrize("variant", list(GATED_VARIANTS))
+@pytest.mark.parametrize("m", [1, 7, 100])
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_host_gemm_gated(dtype, m, variant):
+    n, k = HOST_NK[m]
+    check(gated_case(m, n, k, dtype, CPU, seed_of("gated", dtype, m, variant),
+                     **GATED_VARIANTS[variant]))
 
 
 # a_scale / b_scale kinds (gemm_cases.a_scale_shape): every kind, every mix allowed, every shape
@@ -437,6 +459,18 @@ def _bad_cases():
          ValueError, "gemm_fp8: a_scale is per row .* and b_scale per block"),
         ("gemm_fp8", lambda: _f(a_scale=torch.ones(7, 2)[:, 0]), ValueError,
          "gemm_fp8: a_scale must be contiguous"),
+        # gemm_gated
+        ("gemm_gated", lambda: _g(b=torch.ones(24, 16, dtype=bf16)), ValueError,
+         (r"gemm_gated: 2n \(b's first dimension: gate and up rows\) must be a multiple of 16, "
+          "got 24")),
+        ("gemm_gated", lambda: _g(b=torch.ones(32, 16, dtype=bf16),
+                                  bias=torch.ones(16, dtype=bf16)), ValueError,
+         r"gemm_gated: bias must have shape \(32,\)"),
+        ("gemm_gated", lambda: _g(b=torch.ones(32, 16, dtype=bf16), act="relu"), ValueError,
+         r"act must be one of \('silu', 'gelu', 'gelu_tanh'\), got 'relu'"),
+        ("gemm_gated", lambda: _g(b=torch.ones(32, 16, dtype=bf16), out=torch.zeros(7, 32,
+                                                                                  dtype=bf16)),
+         ValueError, r"gemm_gated: out must have shape \(7, 16\)"),
         # quantize_fp8
         ("quantize_fp8", lambda: {"x": torch.ones(4, 8, dtype=torch.int32)}, TypeError,
          "quantize_fp8: x must be float16, bfloat16 or float32, got int32"),
@@ -530,6 +564,30 @@ def test_gpu_gemm_split_k(m, n, k, num_splits, kernel):
         shapes = ((m, k), (n, k), (n,))
         (_, _, splits, _), ws = jit.plan(op, 0, shapes, attrs)
         assert splits > 1 and ws == splits * m * n, (splits, ws)  # the planner split it
+
+
+@gpu
+@pytest.mark.parametrize("kernel", ["auto", "sm80", "sm90"])
+@pytest.mark.parametrize("variant", list(GATED_VARIANTS))
+@pytest.mark.parametrize("m", [1, 7, 64, 100, 1000])
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_gated(dtype, m, variant, kernel):
+    """Every tile the dispatcher picks by m (each gating in its epilogue, 64 to 128 output columns
+    per tile), the sm80 kernel (its product whole into the workspace, gated by the reduce) and
+    split-K's gated reduce, against act(gate) * up in float64."""
+    check(gated_case(m, *GPU_NK, dtype, "cuda", seed_of("gpug", dtype, m, variant),
+                     **{**GATED_VARIANTS[variant], "kernel": kernel}))
+
+
+@gpu
+@pytest.mark.parametrize("num_splits", [0, 1, 2, 5])
+@pytest.mark.parametrize("m,n,k", [(1, 14336, 4096), (64, 1024, 4096), (300, 512, 2048),
+                                   (2048, 1536, 1024)])
+def test_gpu_gemm_gated_model_shapes(m, n, k, num_splits):
+    """A gated MLP's shapes (Llama 3 8B's 2 x 14336 x 4096 at decode), planned and forced splits,
+    and many full 128 x 256 tiles in clusters (m 2048)."""
+    check(gated_case(m, n, k, torch.bfloat16, "cuda", seed_of("gpugm", m, n, k),
+                     bias="float32", num_splits=num_splits))
 
 
 @gpu
@@ -814,6 +872,10 @@ def _fw_cases():
                                   bias="float32", out_dtype="float32"),
         "gemm-kn": lambda: gemm_case(7, 200, 328, torch.float16, "cuda", seed_of("fwkn"),
                                      bias="a", b_layout="KN"),
+        "gemm_gated": lambda: gated_case(300, 200, 328, torch.bfloat16, "cuda", seed_of("fwg"),
+                                         bias="a"),
+        "gemm_gated-split": lambda: gated_case(1, 200, 4096, torch.float16, "cuda",
+                                               seed_of("fwgs"), act="gelu_tanh"),
         "gemm_fp8": lambda: fp8_case(64, 208, 336, "cuda", seed_of("fw8"), a_scale="block",
                                      b_scale="block", bias="out"),
         "gemm_fp8-row": lambda: fp8_case(1, 208, 336, "cuda", seed_of("fw8r"), a_scale="row1",

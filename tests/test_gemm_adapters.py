@@ -40,6 +40,9 @@ def inputs(name: str, seed: int = 0, **kw) -> dict:
         "gemm": lambda: {"a": torch.randn(2, 3, 32, generator=gen).bfloat16(),
                          "b": torch.randn(24, 32, generator=gen).bfloat16(),
                          "bias": torch.randn(24, generator=gen)},
+        "gemm_gated": lambda: {"a": torch.randn(2, 3, 32, generator=gen).half(),
+                               "b": torch.randn(48, 32, generator=gen).half(),
+                               "bias": torch.randn(48, generator=gen).half()},
         "gemm_fp8": lambda: {"a": e4m3((5, 256), "cpu", gen), "b": e4m3((144, 256), "cpu", gen),
                              "a_scale": scales((5, 2), "cpu", gen),
                              "b_scale": scales((2, 2), "cpu", gen),
@@ -58,6 +61,8 @@ def args_of(name: str, ins: dict) -> list:
 ATTR_SETS = {
     "gemm": {"default": {}, "f32-kn": {"out_dtype": "float32", "b_layout": "KN", "num_splits": 3,
                                        "kernel": "sm80"}},
+    "gemm_gated": {"default": {}, "gelu-f32": {"act": "gelu_tanh", "out_dtype": "float32",
+                                               "num_splits": 2, "kernel": "sm90"}},
     "gemm_fp8": {"default": {}, "f16": {"out_dtype": "float16", "num_splits": 1,
                                         "kernel": "sm90"}},
     "quantize_fp8": {"default": {}, "block": {"granularity": "block"},
@@ -121,6 +126,8 @@ def test_schemas_have_no_workspace_and_no_optional_tensor():
     assert schemas == {
         "gemm": "xkernels::gemm(Tensor(a0!) out, Tensor a, Tensor b, Tensor bias, int out_dtype, "
                 "int b_layout, int num_splits, int kernel) -> ()",
+        "gemm_gated": "xkernels::gemm_gated(Tensor(a0!) out, Tensor a, Tensor b, Tensor bias, "
+                      "int act, int out_dtype, int num_splits, int kernel) -> ()",
         "gemm_fp8": "xkernels::gemm_fp8(Tensor(a0!) out, Tensor a, Tensor b, Tensor a_scale, "
                     "Tensor b_scale, Tensor bias, int out_dtype, int num_splits, int kernel) -> ()",
         "quantize_fp8": "xkernels::quantize_fp8(Tensor(a0!) q, Tensor(a1!) scale, Tensor x, "

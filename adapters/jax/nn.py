@@ -33,8 +33,7 @@ __all__ = ["LayerConfig", "attention_block", "decoder_layer", "decoder_layer_pag
            "rope_inv_freq"]
 
 _HALF = (jnp.float16, jnp.bfloat16)
-_ACTS = {"silu": "silu_and_mul", "gelu": "gelu_and_mul", "gelu_tanh": "gelu_tanh_and_mul",
-         "gelu_pytorch_tanh": "gelu_tanh_and_mul"}
+_GATES = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 @dataclass(frozen=True)
@@ -74,18 +73,26 @@ def _take(cfg: LayerConfig, site: str, reason: str, instead: str) -> None:
     fallback.take(f"xkernels.jax.nn.{site}", reason, instead, cfg.strict)
 
 
-def _linear(cfg: LayerConfig, site: str, x, w, b=None):
+def _gemm_unsupported(x, w, n_multiple: int = 8) -> str | None:
     k, n = w.shape[1], w.shape[0]
-    why = None
     if x.dtype not in _HALF or w.dtype != x.dtype:
-        why = f"gemm takes float16/bfloat16 a and b of one dtype, got {x.dtype} and {w.dtype}"
-    elif k % 8 or n % 8:
-        why = f"gemm needs k and n multiples of 8, got k={k}, n={n}"
+        return f"gemm takes float16/bfloat16 a and b of one dtype, got {x.dtype} and {w.dtype}"
+    if k % 8 or n % n_multiple:
+        return f"gemm needs k a multiple of 8 and n of {n_multiple}, got k={k}, n={n}"
+    return None
+
+
+def _dot(x, w, b=None):
+    y = jnp.einsum("...k,nk->...n", x, w, preferred_element_type=jnp.float32)
+    return (y + b if b is not None else y).astype(x.dtype)
+
+
+def _linear(cfg: LayerConfig, site: str, x, w, b=None):
+    why = _gemm_unsupported(x, w)
     if why is None:
         return xj.gemm(x, w, b)
     _take(cfg, site, why, "jnp.dot")
-    y = jnp.einsum("...k,nk->...n", x, w, preferred_element_type=jnp.float32)
-    return (y + b if b is not None else y).astype(x.dtype)
+    return _dot(x, w, b)
 
 
 def _rms(x, w, eps):
@@ -193,13 +200,15 @@ def attention_block(params, x, positions, cfg: LayerConfig):
 
 
 def gated_mlp(params, x, cfg: LayerConfig):
-    h = _linear(cfg, "gate_up", x, params["gate_up"], params.get("gate_up_bias"))
-    if h.dtype in (*_HALF, jnp.float32):
-        a = getattr(xj, _ACTS[cfg.act])(h)
+    """down(act(x @ gate^T) * (x @ up^T)): gemm_gated (gate and up as one GEMM whose epilogue
+    gates), then the down GEMM."""
+    w, b = params["gate_up"], params.get("gate_up_bias")
+    why = _gemm_unsupported(x, w, 16)
+    if why is None:
+        a = xj.gemm_gated(x, w, b, act=_GATES[cfg.act])
     else:
-        _take(cfg, _ACTS[cfg.act], f"the row ops take 16/32-bit floats, got {h.dtype}",
-              "a jax.numpy composite")
-        g, u = jnp.split(h, 2, axis=-1)
+        _take(cfg, "gate_up", why, "jnp.dot and a jax.numpy act_and_mul")
+        g, u = jnp.split(_dot(x, w, b), 2, axis=-1)
         a = (jax.nn.silu(g) if cfg.act == "silu" else
              jax.nn.gelu(g, approximate=cfg.act != "gelu")) * u
     return _linear(cfg, "down", a, params["down"], params.get("down_bias"))

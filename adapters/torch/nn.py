@@ -33,8 +33,7 @@ __all__ = ["Attention", "DecoderLayer", "GatedMLP", "PagedKVCache", "RMSNorm", "
 _HALF = (torch.float16, torch.bfloat16)
 _ROW_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _HEAD_DIMS = (64, 128, 256)
-_ACTS = {"silu": "silu_and_mul", "gelu": "gelu_and_mul", "gelu_tanh": "gelu_tanh_and_mul",
-         "gelu_pytorch_tanh": "gelu_tanh_and_mul"}
+_GATES = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,12 +48,12 @@ def _aligned(t: torch.Tensor) -> bool:
     return all(t.stride(i) * esize % 16 == 0 for i in range(t.dim() - 1) if t.size(i) > 1)
 
 
-def _gemm_unsupported(x: torch.Tensor, w: torch.Tensor) -> str | None:
+def _gemm_unsupported(x: torch.Tensor, w: torch.Tensor, n_multiple: int = 8) -> str | None:
     if x.dtype not in _HALF or w.dtype != x.dtype:
         return f"gemm takes float16/bfloat16 a and b of one dtype, got {x.dtype} and {w.dtype}"
     k, n = w.shape[1], w.shape[0]
-    if k % 8 or n % 8:
-        return f"gemm needs k and n multiples of 8, got k={k}, n={n}"
+    if k % 8 or n % n_multiple:
+        return f"gemm needs k a multiple of 8 and n of {n_multiple}, got k={k}, n={n}"
     if x.stride(-1) != 1 or w.stride(-1) != 1:
         return "gemm needs the last dimension contiguous"
     if x.is_cuda and not (_aligned(x) and _aligned(w)):
@@ -266,14 +265,14 @@ class RMSNorm(_Layer):
 
 class GatedMLP(_Layer):
     """down(act(x @ gate^T) * (x @ up^T)) with gate and up as one [2 * intermediate, hidden]
-    weight (``gate_up``: gate rows first), so one GEMM reads x once and ``silu_and_mul`` (or the
-    gelu forms) reads its output once."""
+    weight (``gate_up``: gate rows first): ``gemm_gated`` reads x once and gates in its epilogue,
+    so the [.., 2 * intermediate] product never reaches memory; then the down GEMM."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, *, act: str = "silu",
                  bias: bool = False, device=None, dtype=None, strict: bool | None = None):
         super().__init__(strict)
-        if act not in _ACTS:
-            raise ValueError(f"GatedMLP: act must be one of {sorted(_ACTS)}, got {act!r}")
+        if act not in _GATES:
+            raise ValueError(f"GatedMLP: act must be one of {sorted(_GATES)}, got {act!r}")
         self.act = act
         self.gate_up = _param((2 * intermediate_size, hidden_size), device, dtype)
         self.down = _param((hidden_size, intermediate_size), device, dtype)
@@ -281,13 +280,12 @@ class GatedMLP(_Layer):
         self.down_bias = _param((hidden_size,), device, dtype, 0.0) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self._linear("gate_up", x, self.gate_up, self.gate_up_bias)
-        why = _rows_unsupported(h)
+        why = _gemm_unsupported(x, self.gate_up, 16)
         if why is None:
-            a = getattr(xt, _ACTS[self.act])(h)
+            a = xt.gemm_gated(x, self.gate_up, self.gate_up_bias, act=_GATES[self.act])
         else:
-            self._fallback(_ACTS[self.act], why, "a PyTorch composite")
-            g, u = h.chunk(2, dim=-1)
+            self._fallback("gate_up", why, "torch.nn.functional.linear and a PyTorch act_and_mul")
+            g, u = F.linear(x, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
             a = (F.silu(g) if self.act == "silu" else
                  F.gelu(g, approximate="none" if self.act == "gelu" else "tanh")) * u
         return self._linear("down", a, self.down, self.down_bias)

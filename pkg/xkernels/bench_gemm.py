@@ -14,6 +14,11 @@ case sampled in the interleaved rounds of balanced_orders; time_host on the host
   bmm_fp8 (per-tensor: its cuBLASLt and cuDNN paths) and fp8_blockscale_gemm_sm90 (block-wise;
   FlashInfer >= 0.6.0), and torch.compile of the _scaled_mm call. A dequantise-then-cuBLAS
   composite is not a peer. Decode shapes (M <= 64) also get GB/s over a + b + out.
+- gated: out [M, N] = silu(a @ gate^T) * (a @ up^T) for b [2N, K] (gate rows, then up rows: a
+  gated MLP's first half), TFLOP/s = 2 M (2N) K / time. xkernels.torch.gemm_gated (the epilogue
+  gates) and, as a reference, xkernels' gemm then silu_and_mul; against torch.matmul into [M, 2N]
+  then torch's silu and multiply, and torch.compile (max-autotune-no-cudagraphs) of that
+  composite.
 - quantize: xkernels.torch.quantize_fp8(x, granularity) of bf16 x -> (q e4m3, scale float32)
   against the torch composite (amax, divide, clamp, cast) and torch.compile of it; GB/s over x
   read + q and the scales written. FlashInfer 0.5.3 has no quantiser of these formats (its
@@ -87,7 +92,7 @@ vs best: xkernels ms / the fastest peer's; vs fp32 acc: / the fastest peer not m
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "gemm" (m, n, k) or "quantize" (x [m, k]; n is 0)
+    kind: str  # "gemm" (m, n, k), "gated" (b [2n, k]) or "quantize" (x [m, k]; n is 0)
     m: int
     n: int
     k: int
@@ -99,6 +104,8 @@ class Case:
     def op(self) -> str:
         if self.kind == "quantize":
             return "quantize_fp8"
+        if self.kind == "gated":
+            return "gemm_gated"
         return "gemm_fp8" if self.dtype == "e4m3" else "gemm"
 
     @property
@@ -120,19 +127,25 @@ class Case:
     def label(self) -> str:
         if self.kind == "quantize":
             return f"quantize {self.dtype} {self.m}x{self.k} {self.scaling}"
+        if self.kind == "gated":
+            return f"{LABEL_DTYPE[self.dtype]} mm+silu_and_mul {self.m}x{self.n}x{self.k}"
         s = f" {LABEL_SCALING[self.scaling]}" if self.scaling else ""
         return f"{LABEL_DTYPE[self.dtype]} mm {self.m}x{self.n}x{self.k}{s}"
 
     def params(self) -> dict[str, Any]:
         """The row fields of the case."""
         return {"case": self.label, "kind": "decode" if self.decode else self.kind,
-                "m": self.m, "n": self.n if self.kind == "gemm" else None, "k": self.k,
+                "m": self.m, "n": self.n if self.kind != "quantize" else None, "k": self.k,
                 "dtype": self.dtype, "out_dtype": self.out_dtype, "scaling": self.scaling}
 
 
 def gemm(m: int, n: int, k: int, dtype: str, scaling: str | None = None,
          sm80: bool = False) -> Case:
     return Case("gemm", m, n, k, dtype, scaling, sm80)
+
+
+def gated(m: int, n: int, k: int, dtype: str = "bf16") -> Case:
+    return Case("gated", m, n, k, dtype)
 
 
 def quantize(m: int, k: int, granularity: str, dtype: str = "bf16") -> Case:
@@ -146,11 +159,14 @@ PREFILL = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "fp16"),
 DECODE = [gemm(m, SQ, k, dtype, scaling) for dtype, scaling in (("bf16", None), ("e4m3", "row"))
           for k in (SQ, 28672) for m in (1, 16, 64)]
 QUANTIZE = [quantize(m, SQ, g) for m in (SQ, 16) for g in GRANULARITIES]
+# Llama 3 8B's gate and up projections (2 x 14336 x 4096) at prefill and decode batches
+GATED = [gated(m, 14336, 4096) for m in (8192, 4096, 128, 1)]
 QUICK = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "e4m3", "row"),
          gemm(16, SQ, SQ, "bf16"), gemm(16, SQ, SQ, "e4m3", "row"), quantize(SQ, SQ, "row"),
          quantize(SQ, SQ, "block")]
 # Host path (no GPU): small shapes (a partial 128 x 128 tile of rows), so that it stays fast
 HOST = [gemm(96, 256, 384, "bf16"), *(gemm(96, 256, 384, "e4m3", s) for s in LABEL_SCALING),
+        gated(96, 128, 384),
         gemm(4, 256, 384, "bf16"), gemm(4, 256, 384, "e4m3", "row"),
         *(quantize(40, 384, g) for g in GRANULARITIES)]
 HOST_QUICK = [gemm(96, 256, 384, "bf16"), gemm(96, 256, 384, "e4m3", "row"),
@@ -162,7 +178,7 @@ def select_cases(quick: bool = False, gpu: bool = True) -> list[Case]:
     --quick a case of each kind; the host path a few small shapes."""
     if not gpu:
         return list(HOST_QUICK if quick else HOST)
-    return list(QUICK if quick else [*PREFILL, *DECODE, *QUANTIZE])
+    return list(QUICK if quick else [*PREFILL, *DECODE, *GATED, *QUANTIZE])
 
 
 def scale_shape(granularity: str, rows: int, cols: int) -> tuple[int, ...]:
@@ -174,7 +190,10 @@ def scale_shape(granularity: str, rows: int, cols: int) -> tuple[int, ...]:
 
 
 def flops(case: Case) -> int:
-    """2 M N K (a multiply-add is two), anchors.md's count; 0 for quantize."""
+    """2 M N K (a multiply-add is two), anchors.md's count (gated: b's 2N rows); 0 for
+    quantize."""
+    if case.kind == "gated":
+        return 4 * case.m * case.n * case.k
     return 2 * case.m * case.n * case.k if case.kind == "gemm" else 0
 
 
@@ -185,7 +204,8 @@ def bytes_moved(case: Case) -> int:
         scales = math.prod(scale_shape(case.scaling, case.m, case.k))
         return case.m * case.k * (ELEM[case.dtype] + 1) + 4 * scales
     e = ELEM[case.dtype]
-    return (case.m + case.n) * case.k * e + case.m * case.n * ELEM[case.out_dtype]
+    rows_b = 2 * case.n if case.kind == "gated" else case.n
+    return (case.m + rows_b) * case.k * e + case.m * case.n * ELEM[case.out_dtype]
 
 
 def tflops(n: int, ms: float | None) -> float | None:
@@ -196,7 +216,7 @@ def set_bytes(case: Case) -> int:
     """Bytes of the inputs one rotating set holds (bench.n_sets' set_bytes)."""
     if case.kind == "quantize":
         return case.m * case.k * ELEM[case.dtype]
-    return (case.m + case.n) * case.k * ELEM[case.dtype]
+    return (case.m + (2 if case.kind == "gated" else 1) * case.n) * case.k * ELEM[case.dtype]
 
 
 def selection(case: Case) -> list[int]:
@@ -358,6 +378,28 @@ def _xkernels_impls(case: Case) -> list[Impl]:
         alloc = Impl("xkernels", bind, "quantize_fp8(x, granularity): allocates q and scale")
         return [Impl("xkernels", bind_out, "quantize_fp8(x, granularity, q=, scale=)", alloc)]
 
+    if case.kind == "gated":
+        def bindg(s):
+            import xkernels.torch as xt
+
+            a, b, out = s["a"], s["b"], s["out"]
+            return lambda: xt.gemm_gated(a, b, out=out)
+
+        def bindu(s):
+            import xkernels.torch as xt
+
+            a, b, h, out = s["a"], s["b"], s["h"], s["out"]
+
+            def call():
+                xt.gemm(a, b, out=h)
+                return xt.silu_and_mul(h, out=out)
+            return call
+
+        return [Impl("xkernels", bindg, "xkernels.torch.gemm_gated(a, b, out=)"),
+                Impl("xkernels unfused", bindu,
+                     "xkernels gemm(a, b, out=h) then silu_and_mul(h, out=): the [M, 2N] product "
+                     "through memory")]
+
     def make(kernel: str):
         kw = {} if kernel == "auto" else {"kernel": kernel}
 
@@ -405,6 +447,18 @@ def _torch_impls(case: Case, gpu: bool) -> list[Impl]:
             return lambda: quantize_torch(x, g)
 
         return [Impl("torch", bindq, "amax, divide, clamp, cast to float8_e4m3fn")]
+    if case.kind == "gated":
+        def bindg(s):
+            a, b, h, out = s["a"], s["b"], s["h"], s["out"]
+            g, u = h.chunk(2, dim=-1)
+
+            def call():
+                torch.matmul(a, b.t(), out=h)
+                return torch.mul(F.silu(g), u, out=out)
+            return call
+
+        return [Impl("torch", bindg, "torch.matmul(a, b.t(), out=h) (cuBLAS), then "
+                                     "torch.mul(F.silu(gate), up, out=)")]
     if case.dtype != "e4m3":
         def bindm(s):
             a, b, out = s["a"], s["b"], s["out"]
@@ -450,6 +504,14 @@ def _compile_impls(case: Case, gpu: bool) -> list[Impl]:
                     return quantize_torch(x, g)
 
                 compiled["f"] = torch.compile(quant, dynamic=False)
+            elif case.kind == "gated":
+                import torch.nn.functional as F
+
+                def mlp_in(a, b):
+                    g, u = (a @ b.t()).chunk(2, dim=-1)
+                    return F.silu(g) * u
+
+                compiled["f"] = torch.compile(mlp_in, mode=COMPILE_MODE, dynamic=False)
             elif case.dtype == "e4m3":
                 def scaled_mm(a, bt, sa, sb):
                     return torch._scaled_mm(a, bt, sa, sb, out_dtype=torch.bfloat16)
@@ -484,7 +546,8 @@ def _compile_impls(case: Case, gpu: bool) -> list[Impl]:
         f, a, b = fn(), s["a"], s["b"]
         return lambda: f(a, b)
 
-    return [Impl("torch.compile max-autotune", bindm, f"a @ b.t() compiled, mode={COMPILE_MODE}",
+    what = "silu(gate) * up of a @ b.t()" if case.kind == "gated" else "a @ b.t()"
+    return [Impl("torch.compile max-autotune", bindm, f"{what} compiled, mode={COMPILE_MODE}",
                  compiled=True)]
 
 
@@ -578,6 +641,10 @@ def make_set(case: Case, ctx: bench.Context) -> dict:
                                      dtype=torch.float32, device=dev)}
     out = torch.empty(case.m, case.n, dtype=getattr(torch, TORCH_DTYPE[case.out_dtype]),
                       device=dev)
+    if case.kind == "gated":  # b scaled so that the gate's inputs are O(1) (silu's curve)
+        return {"a": torch.randn(case.m, case.k, dtype=dt, device=dev),
+                "b": torch.randn(2 * case.n, case.k, dtype=dt, device=dev) / math.sqrt(case.k),
+                "h": torch.empty(case.m, 2 * case.n, dtype=dt, device=dev), "out": out}
     if case.dtype != "e4m3":
         return {"a": torch.randn(case.m, case.k, dtype=dt, device=dev),
                 "b": torch.randn(case.n, case.k, dtype=dt, device=dev), "out": out}
@@ -611,6 +678,9 @@ def reference(case: Case, s: dict, sel: list[int]):
         sa, sb = _scales(s)
         a *= expand_scale(sa.double(), ga, case.m, case.k, sel)
         b *= expand_scale(sb.double(), gb, case.n, case.k)
+    if case.kind == "gated":
+        g, u = (a @ b.t()).chunk(2, dim=-1)
+        return g / (1 + torch.exp(-g)) * u
     return a @ b.t()
 
 

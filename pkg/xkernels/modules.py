@@ -27,7 +27,7 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("norm", ("bindings/norm.cu",), _HOST),
         ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
         ModuleSpec("attention", ("bindings/attention.cu",), ("bindings/host/attention.cc",)),
-        ModuleSpec("gemm", ("bindings/gemm.cu",), ("bindings/host/gemm.cc",)),
+        ModuleSpec("gemm", ("bindings/gemm.cu",), ("bindings/host/gemm.cc", *_HOST)),
         ModuleSpec("rope", ("bindings/rope.cu",), ("bindings/host/rope.cc",)),
     )
 }

@@ -437,6 +437,11 @@ def _fp8_out(a: Shape, b: Shape) -> Shape:
     return _gemm_out(a, b, 0)
 
 
+def _gated_out(a: Shape, b: Shape) -> Shape:
+    """out [..., n] from a [..., k] and b [2n, k]."""
+    return (*a[:-1], b[0] // 2 if len(b) == 2 else 0)
+
+
 def _ceil_blocks(n: int) -> int:
     return -(-n // 128)  # params.h's kScaleBlock
 
@@ -474,6 +479,20 @@ _GEMM_OPS = (
            "[n] of a's dtype or float32 (None: none), out [..., n] of a's dtype or float32. k and "
            "n multiples of 8; on a GPU, 16-byte aligned data and row pitches in multiples of 8 "
            "elements (the last dimension contiguous)."),
+    Op("gemm_gated", "gemm", (Input("a"), Input("b"), _BIAS),
+       (Output("out", "a", _gated_out, of=("a", "b"), dtype_from="out_dtype"),),
+       (Attr("act", str, "silu", ("silu", "gelu", "gelu_tanh"),
+             doc="the gate's activation: silu (SwiGLU), gelu (erf form) or gelu_tanh (GeGLU)"),
+        Attr("out_dtype", DType, None, ("float16", "bfloat16", "float32"),
+             doc="the output's dtype: a's (None) or float32"),
+        _GEMM_SPLITS, _KERNEL),
+       kind="gemm", workspace=True,
+       doc="out = act(a @ b[:n]^T + bias[:n]) * (a @ b[n:]^T + bias[n:]) for a [..., k] and b "
+           "[2n, k] (a gated MLP's gate rows, then its up rows: gemm then silu_and_mul, or the "
+           "gelu forms, in one kernel whose [..., 2n] product never reaches memory). float16 or "
+           "bfloat16 a and b of one dtype, fp32 accumulation, bias [2n] of a's dtype or float32 "
+           "(None: none), out [..., n] of a's dtype or float32. k and n multiples of 8; on a GPU, "
+           "16-byte aligned data and row pitches in multiples of 8 elements."),
     Op("gemm_fp8", "gemm",
        (Input("a"), Input("b"), Input("a_scale"), Input("b_scale"), _BIAS),
        (Output("out", "a", _fp8_out, of=("a", "b"), dtype_from="out_dtype"),),

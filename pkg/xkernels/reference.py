@@ -266,6 +266,14 @@ def gemm(a, b, bias=None, out_dtype=None, b_layout="NK", num_splits=0, kernel="a
     return out if bias is None else out + bias
 
 
+_GATES = {"silu": _silu, "gelu": _gelu, "gelu_tanh": lambda x: _gelu(x, "tanh")}
+
+
+def gemm_gated(a, b, bias=None, act="silu", out_dtype=None, num_splits=0, kernel="auto"):
+    """act(a @ b[:n]^T + bias[:n]) * (a @ b[n:]^T + bias[n:]) for a [..., k] and b [2n, k]."""
+    return _gated(_GATES[act])(gemm(a, b, bias))
+
+
 def _scales(s, rows: int, k: int, rows_per_block: int):
     """An operand's scales as a [rows, k] array, by their shape: one element per tensor; one per
     row (1-D or a trailing 1); otherwise per block of rows_per_block rows (a: 1, b: 128) x 128

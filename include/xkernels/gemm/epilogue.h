@@ -13,6 +13,7 @@
 
 #include "xkernels/common.h"
 #include "xkernels/gemm/params.h"
+#include "xkernels/math.h"
 #include "xkernels/mma.h"
 
 namespace xkernels::gemm {
@@ -68,6 +69,20 @@ XK_DEVICE float RowScale(const float* scale, Scale kind, int row) {
   return 1.f;
 }
 
+// A gated output: act(gate) * up, act a math::Act code (uniform over the grid). kFast: 16-bit
+// outputs (the activation kernels' choice).
+template <bool kFast>
+XK_DEVICE float Gated(int act, float gate, float up) {
+  switch (act) {
+    case static_cast<int>(math::Act::kSilu):
+      return math::activate<math::Act::kSilu, kFast>(gate) * up;
+    case static_cast<int>(math::Act::kGelu):
+      return math::activate<math::Act::kGelu, kFast>(gate) * up;
+    default:
+      return math::activate<math::Act::kGeluTanh, kFast>(gate) * up;
+  }
+}
+
 // out = the sum of the splits' partial tiles (+ bias), four columns per thread (n % 4 == 0).
 template <typename Out>
 __global__ void SplitKReduce(const Params p) {
@@ -95,16 +110,53 @@ __global__ void SplitKReduce(const Params p) {
   StorePair(dst + 2, s.z, s.w);
 }
 
+// A gated product's: the splits' partial tiles span 2n columns (gate, then up); out [m, n] =
+// act(gate sum + bias) * (up sum + bias), four columns per thread.
+template <typename Out>
+__global__ void GatedSplitKReduce(const Params p) {
+  pdl_wait();
+  const int64_t quads = p.n / 4;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(p.m) * quads) return;
+  const int64_t row = idx / quads;
+  const int col = static_cast<int>(idx % quads) * 4;
+  const int64_t plane = static_cast<int64_t>(p.m) * 2 * p.n;
+  const float* src = p.workspace + row * 2 * p.n + col;
+  float4 g = *reinterpret_cast<const float4*>(src);
+  float4 u = *reinterpret_cast<const float4*>(src + p.n);
+  for (int z = 1; z < p.splits; ++z) {
+    const float4 a = *reinterpret_cast<const float4*>(src + z * plane);
+    const float4 b = *reinterpret_cast<const float4*>(src + z * plane + p.n);
+    g.x += a.x, g.y += a.y, g.z += a.z, g.w += a.w;
+    u.x += b.x, u.y += b.y, u.z += b.z, u.w += b.w;
+  }
+  pdl_release();
+  if (p.bias != nullptr) {
+    const float2 g0 = LoadBiasPair(p.bias, p.bias_type, col);
+    const float2 g1 = LoadBiasPair(p.bias, p.bias_type, col + 2);
+    const float2 u0 = LoadBiasPair(p.bias, p.bias_type, p.n + col);
+    const float2 u1 = LoadBiasPair(p.bias, p.bias_type, p.n + col + 2);
+    g.x += g0.x, g.y += g0.y, g.z += g1.x, g.w += g1.y;
+    u.x += u0.x, u.y += u0.y, u.z += u1.x, u.w += u1.y;
+  }
+  constexpr bool kFast = sizeof(Out) == 2;
+  Out* dst = static_cast<Out*>(p.out) + row * p.ldc + col;
+  StorePair(dst, Gated<kFast>(p.act, g.x, u.x), Gated<kFast>(p.act, g.y, u.y));
+  StorePair(dst + 2, Gated<kFast>(p.act, g.z, u.z), Gated<kFast>(p.act, g.w, u.w));
+}
+
+// The sum of split-K's partial tiles (a gated product's too) into out.
 template <typename Out>
 cudaError_t LaunchSplitKReduce(const Params& p, cudaStream_t stream, const DeviceProps& props) {
   constexpr int kBlock = 256;
   const int64_t threads = static_cast<int64_t>(p.m) * (p.n / 4);
-  return LaunchKernel(SplitKReduce<Out>,
+  return LaunchKernel(p.act >= 0 ? GatedSplitKReduce<Out> : SplitKReduce<Out>,
                       dim3(static_cast<unsigned>(ceil_div<int64_t>(threads, kBlock))), dim3(kBlock),
                       stream, props, 1, p);
 }
 
-// out = bias (or zeros): the product of an empty k range. Two columns per thread.
+// out = bias (or zeros): the product of an empty k range (gated: act(gate bias) * up bias). Two
+// columns per thread.
 template <typename Out>
 __global__ void FillBias(const Params p) {
   pdl_wait();
@@ -113,7 +165,12 @@ __global__ void FillBias(const Params p) {
   if (idx >= static_cast<int64_t>(p.m) * pairs) return;
   const int64_t row = idx / pairs;
   const int col = static_cast<int>(idx % pairs) * 2;
-  const float2 b = p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, col) : make_float2(0, 0);
+  float2 b = p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, col) : make_float2(0, 0);
+  if (p.act >= 0) {
+    const float2 u =
+        p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, p.n + col) : make_float2(0, 0);
+    b = make_float2(Gated<false>(p.act, b.x, u.x), Gated<false>(p.act, b.y, u.y));
+  }
   StorePair(static_cast<Out*>(p.out) + row * p.ldc + col, b.x, b.y);
 }
 

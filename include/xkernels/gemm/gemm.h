@@ -35,6 +35,9 @@ inline const char* Unsupported(const Params& p, int cc) {
     return "the sm90 kernel takes b as [n, k] only";
   }
   if (p.path == Path::kSm80 && fp8) return "the sm80 kernel takes 16-bit inputs only";
+  if (p.act >= 0 && (fp8 || p.b_layout != BLayout::kNK)) {
+    return "a gated GEMM takes 16-bit a and b, b as [2n, k]";
+  }
   if (cc < 80) return "GEMM needs an sm_80 or newer GPU";
   return nullptr;
 }
@@ -121,6 +124,7 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   const Kernel kernel = Choose(p, props.cc_major);
   int bm = 0, bn = 0;
   TileDims(p, kernel, &bm, &bn);
+  if (p.act >= 0) bn /= 2;  // a gated tile's product spans twice its output columns
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn);
   const int64_t bk = p.in_type == Elem::kE4M3 ? 128 : 64;
   const int64_t max_splits = std::max<int64_t>(1, ceil_div<int64_t>(p.k, bk) / 4);
@@ -139,7 +143,24 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   return cudaSuccess;
 }
 
-// Runs p on `stream` (p.splits > 1 needs p.workspace of WorkspaceElems floats).
+inline bool IsSm80(Kernel k) {
+  return k == Kernel::kSm80Large || k == Kernel::kSm80Mid || k == Kernel::kSm80Small;
+}
+
+// Whether p is a gated product that the chosen kernel takes whole (2n columns) into the workspace,
+// gated by the reduce: the sm80 kernel, and float32 outputs (the sm90 kernel gates 16-bit ones in
+// its epilogue).
+inline bool GatedWhole(const Params& p, Kernel kernel) {
+  return p.act >= 0 && (IsSm80(kernel) || p.out_type == Elem::kF32);
+}
+
+// Floats of workspace p needs on a device of compute capability major `cc_major` (p.splits set):
+// split-K's partial tiles, and a gated product's where GatedWhole.
+inline int64_t WorkspaceElems(const Params& p, int cc_major) {
+  return WorkspaceElems(p, GatedWhole(p, Choose(p, cc_major)));
+}
+
+// Runs p on `stream` (needs p.workspace of WorkspaceElems(p, cc_major) floats where that is > 0).
 inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.splits < 1 || (p.splits > 1 && p.workspace == nullptr)) {
@@ -151,6 +172,12 @@ inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
     const Kernel kernel = Choose(p, props.cc_major);
+    // a gated product taken whole: its 2n columns into the workspace as a plain product, then
+    // the reduce sums and gates them
+    const bool whole = GatedWhole(p, kernel);
+    Params wp = p;
+    if (whole) wp.n = 2 * p.n, wp.act = -1, wp.bias = nullptr, wp.partials_only = true;
+    const Params& q = whole ? wp : p;
     if (p.in_type == Elem::kE4M3) {
       using F8 = __nv_fp8_e4m3;
       const bool block = p.a_scale_kind == Scale::kBlock;
@@ -170,18 +197,25 @@ inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
       if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, T>) {
         switch (kernel) {
           case Kernel::kSm90Large:
-            return LaunchSm90<Sm90Large<T>, Out>(p, stream, props);
+            XK_CUDA_TRY((LaunchSm90<Sm90Large<T>, Out>(q, stream, props)));
+            break;
           case Kernel::kSm90Mid:
-            return LaunchSm90<Sm90Mid<T>, Out>(p, stream, props);
+            XK_CUDA_TRY((LaunchSm90<Sm90Mid<T>, Out>(q, stream, props)));
+            break;
           case Kernel::kSm90Small:
-            return LaunchSm90<Sm90Small<T>, Out>(p, stream, props);
+            XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));
+            break;
           case Kernel::kSm80Large:
-            return LaunchSm80<Sm80Large, T, Out>(p, stream, props);
+            XK_CUDA_TRY((LaunchSm80<Sm80Large, T, Out>(q, stream, props)));
+            break;
           case Kernel::kSm80Mid:
-            return LaunchSm80<Sm80Mid, T, Out>(p, stream, props);
+            XK_CUDA_TRY((LaunchSm80<Sm80Mid, T, Out>(q, stream, props)));
+            break;
           case Kernel::kSm80Small:
-            return LaunchSm80<Sm80Small, T, Out>(p, stream, props);
+            XK_CUDA_TRY((LaunchSm80<Sm80Small, T, Out>(q, stream, props)));
+            break;
         }
+        return whole ? LaunchSplitKReduce<Out>(p, stream, props) : cudaSuccess;
       }
       return cudaErrorInvalidValue;  // 16-bit inputs give their own type or float
     };

@@ -3,6 +3,13 @@
 //
 //   out [m, n] = (a [m, k] * sa) @ ((b * sb) [n, k])^T (+ bias [n])
 //
+// or, gated (act >= 0, 16-bit operands, b as [n, k]): b holds 2n rows, the gate's n first, and
+//
+//   out [m, n] = act(a @ b[0, n)^T + bias[0, n)) * (a @ b[n, 2n)^T + bias[n, 2n))
+//
+// (a gated MLP's gate and up projections with silu_and_mul, or the gelu forms, after them: one
+// pass over a, and the [m, 2n] product never leaves the GPU's registers).
+//
 // a and b are 16-bit floats (sa = sb = 1) or e4m3 with scales (Scale): per tensor (one float),
 // per row (a: one per row of a; b: one per row of b, i.e. per output column), or per block (a:
 // one per 1 x 128 block along k, [m, ceil(k / 128)]; b: one per 128 x 128 block,
@@ -55,11 +62,22 @@ struct Params {
   BLayout b_layout = BLayout::kNK;
   Scale a_scale_kind = Scale::kNone, b_scale_kind = Scale::kNone;
   Path path = Path::kAuto;
+  int32_t act = -1;  // gated (see above): 0 silu, 1 gelu, 2 gelu_tanh (math::Act); -1 plain
+  // The kernels' fp32 partial tiles into the workspace even unsplit, their sum left to the caller
+  // (gemm.h's Gemm, for a gated product on a kernel without the gated epilogue).
+  bool partials_only = false;
 };
 
 // Floats of workspace a call with `splits` needs.
 inline int64_t WorkspaceElems(int64_t splits, int64_t m, int64_t n) {
   return splits > 1 ? splits * m * n : 0;
+}
+
+// ... and a call of p: a gated product's partial tiles span both halves (2n columns); `always`:
+// written even unsplit (a kernel without the gated epilogue takes the whole product there).
+inline int64_t WorkspaceElems(const Params& p, bool always) {
+  if (p.act < 0) return WorkspaceElems(p.splits, p.m, p.n);
+  return p.splits > 1 || always ? static_cast<int64_t>(p.splits) * p.m * 2 * p.n : 0;
 }
 
 // ---- quantisation to e4m3: q = x / scale rounded (saturating at +-448), scale = amax / 448 over

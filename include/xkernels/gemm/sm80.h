@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(Tl::kThreads) Sm80Kernel(const Params p) {
   // ---- epilogue: lane holds (g, 2c..2c+1) and (g + 8, 2c..) of each 16 x 8 tile
   const int g = lane / 4, c = lane % 4;
   const int row_base = m0 + wm * Tl::kWM + g, col_base = n0 + wn * Tl::kWN + 2 * c;
-  const bool partial = p.splits > 1;
+  const bool partial = p.splits > 1 || p.partials_only;
 #pragma unroll
   for (int j = 0; j < Tl::kNTiles; ++j) {
     const int col = col_base + 8 * j;
@@ -228,7 +228,8 @@ cudaError_t LaunchSm80(const Params& p, cudaStream_t stream, const DeviceProps& 
     const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, 1, UsePDL(props), Tl::kSmemBytes);
     XK_CUDA_TRY(cudaLaunchKernelEx(&lc.cfg, kernel, p));
   }
-  return p.splits == 1 ? cudaSuccess : LaunchSplitKReduce<Out>(p, stream, props);
+  if (p.splits == 1 || p.partials_only) return cudaSuccess;
+  return LaunchSplitKReduce<Out>(p, stream, props);
 }
 
 }  // namespace xkernels::gemm

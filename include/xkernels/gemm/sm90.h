@@ -17,6 +17,11 @@
 //
 // Split-K: a unit with splits > 1 writes its fp32 partial tile (scaled, without bias) to the
 // workspace; SplitKReduce sums them.
+//
+// Gated (kAct >= 0, the activation; params.h): a tile's b rows are kBN / 2 gate rows and the
+// kBN / 2 up rows of the same output columns (in a cluster of 2 each block loads one half for
+// both); a consumer thread holds gate and up of an output pair in n8 blocks j and j + kBN / 16,
+// so the epilogue stores act(gate) * up: a 128 x 128 output tile from a 128 x 256 product.
 #ifndef XKERNELS_GEMM_SM90_H_
 #define XKERNELS_GEMM_SM90_H_
 
@@ -72,6 +77,12 @@ namespace detail {
 // hand-over from one group to the other.
 constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3;
 
+// Output columns of a tile: kBN, or half of it for a gated product.
+template <class Tl>
+XK_HOST_DEVICE int TileCols(const Params& p) {
+  return p.act >= 0 ? Tl::kBN / 2 : Tl::kBN;
+}
+
 // Rows of tiles in steps of kCluster: a cluster's blocks take the tiles (kCluster tm2 + rank, tn).
 template <class Tl>
 XK_HOST_DEVICE int TileRows(const Params& p) {
@@ -87,7 +98,7 @@ struct Unit {
 };
 template <class Tl>
 XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
-  const int tiles_m = TileRows<Tl>(p), tiles_n = (p.n + Tl::kBN - 1) / Tl::kBN;
+  const int tiles_m = TileRows<Tl>(p), tiles_n = ceil_div(p.n, TileCols<Tl>(p));
   const int tiles = tiles_m * tiles_n;
   Unit w;
   w.split = u / tiles;
@@ -102,11 +113,11 @@ XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
 // Work units of a call: output tiles (of clusters) x splits.
 template <class Tl>
 XK_HOST_DEVICE int64_t Sm90Units(const Params& p) {
-  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ((p.n + Tl::kBN - 1) / Tl::kBN) *
+  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ceil_div(p.n, detail::TileCols<Tl>(p)) *
          p.splits;
 }
 
-template <class Tl, typename Out>
+template <class Tl, typename Out, int kAct>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
     Sm90Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                const __grid_constant__ CUtensorMap map_c, const Params p, const bool tma_store) {
@@ -116,6 +127,13 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   using T = typename Tl::T;
   constexpr int kStages = Tl::kStages, kBN = Tl::kBN, kAcc = Tl::kAcc;
   constexpr int kSteps = Tl::kBK / wgmma::kK<T>;  // wgmmas per k block (4)
+  // kAct >= 0: gated (a math::Act); output columns and n8 blocks of a tile; a gated tile's up
+  // values are kBN / 16 blocks on
+  constexpr bool kGated = kAct >= 0;
+  constexpr int kCols = kGated ? kBN / 2 : kBN, kJ = kCols / 8, kUp = kBN / 16;
+  static_assert(!kGated || (std::is_same_v<T, Out> && kBN >= 128 && Tl::kCluster <= 2),
+                "gated: 16-bit tiles of at least 128 columns with 16-bit outputs, a cluster's "
+                "share one half");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // stage s: a (kBM, 128 bytes) at s_base + s * kStageBytes, b (kBN, 128 bytes) after it
   const uint32_t s_raw = mma::smem_addr(smem_raw);
@@ -162,7 +180,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           const int k0 = (w.kb_begin + kb) * Tl::kBK;
           tma::mbar_arrive_expect_tx(full, Tl::kStageBytes);
           tma::load_2d(sa, &map_a, full, k0, w.tm * Tl::kBM);
-          if constexpr (kCluster > 1) {
+          if constexpr (kGated && kCluster > 1) {
+            // this block's half of b (rank 0 the gate's rows, 1 the up's), into both blocks
+            tma::load_2d_multicast(sa + Tl::kABytes + rank * kCols * 128, &map_b, full, k0,
+                                   rank * p.n + w.tn * kCols, (1u << kCluster) - 1);
+          } else if constexpr (kGated) {
+            tma::load_2d(sa + Tl::kABytes, &map_b, full, k0, w.tn * kCols);
+            tma::load_2d(sa + Tl::kABytes + kCols * 128, &map_b, full, k0, p.n + w.tn * kCols);
+          } else if constexpr (kCluster > 1) {
             // this block's share of b: rows rank * kBN / kCluster .. of the tile, into every block
             constexpr int kRows = kBN / kCluster;
             tma::load_2d_multicast(sa + Tl::kABytes + rank * kRows * 128, &map_b, full, k0,
@@ -286,7 +311,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       }
 
       // ---- epilogue: scales (per tensor / row), bias, rounding; or the fp32 partial tile
-      const bool partial = p.splits > 1;
+      const bool partial = p.splits > 1 || p.partials_only;
       // the value of accumulator pair (j, h) with scales and bias
       auto value = [&](int j, int h, float2 bias) {
         const float f = h ? sa1 : sa0;
@@ -294,6 +319,26 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         if constexpr (kEpilogueScales) sb0 = sbv[2 * j], sb1 = sbv[2 * j + 1];
         return make_float2(acc[4 * j + 2 * h] * (f * sb0) + bias.x,
                            acc[4 * j + 2 * h + 1] * (f * sb1) + bias.y);
+      };
+      // the output pair (j, h) of a tile: value, or act(gate) * up with the biases bg and bu
+      auto result = [&](int j, int h, float2 bg, float2 bu) {
+        if constexpr (kGated) {
+          // the activation a template argument: a switch on p.act per output cost 20% of the
+          // 8192 x 28672 x 4096 gate_up product (2.73 -> 3.25 ms)
+          constexpr math::Act kA = static_cast<math::Act>(kAct < 0 ? 0 : kAct);
+          const float2 gv = value(j, h, bg), uv = value(j + kUp, h, bu);
+          return make_float2(math::activate<kA, true>(gv.x) * uv.x,
+                             math::activate<kA, true>(gv.y) * uv.y);
+        } else {
+          return value(j, h, bg);
+        }
+      };
+      // the bias pairs of column col (gated: the gate's and the up's)
+      auto bias_at = [&](bool load, int col, float2* bg, float2* bu) {
+        *bg = *bu = make_float2(0.f, 0.f);
+        if (!load || p.bias == nullptr) return;
+        *bg = LoadBiasPair(p.bias, p.bias_type, col);
+        if constexpr (kGated) *bu = LoadBiasPair(p.bias, p.bias_type, p.n + col);
       };
       if constexpr (sizeof(Out) == 2) {
         if (tma_store && !partial) {
@@ -307,16 +352,15 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
             tma::named_sync(bar_group, 128);
           }
 #pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
-            const int col = w.tn * kBN + 8 * j + 2 * c;
-            const bool in = col < p.n;
-            const float2 bias = in && p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, col)
-                                                        : make_float2(0, 0);
+          for (int j = 0; j < kJ; ++j) {
+            const int col = w.tn * kCols + 8 * j + 2 * c;
+            float2 bg, bu;
+            bias_at(col < p.n, col, &bg, &bu);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               // box j / 8 of (64, 64), row r, 16-byte chunk j % 8 swizzled with the row
               const int r = 16 * warp + g + 8 * h;
-              const float2 v = value(j, h, bias);
+              const float2 v = result(j, h, bg, bu);
               const uint32_t dst =
                   s_c + (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) << 4) + 4 * c;
               asm volatile("st.shared.b32 [%0], %1;" ::"r"(dst), "r"(mma::pack2<Out>(v.x, v.y)));
@@ -326,8 +370,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           tma::named_sync(bar_group, 128);
           if (leader) {
 #pragma unroll
-            for (int q = 0; q < kBN / 64; ++q) {
-              tma::store_2d(&map_c, s_c + q * 8192, w.tn * kBN + 64 * q, w.tm * Tl::kBM + 64 * cw);
+            for (int q = 0; q < kCols / 64; ++q) {
+              tma::store_2d(&map_c, s_c + q * 8192, w.tn * kCols + 64 * q,
+                            w.tm * Tl::kBM + 64 * cw);
             }
             tma::bulk_commit();
           }
@@ -342,21 +387,25 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           continue;
         }
       }
+      // partial tiles: [splits, m, n] floats, a gated product's [splits, m, 2n] (gate, up)
+      constexpr int kWidth = kGated ? 2 : 1;
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int col = w.tn * kBN + 8 * j + 2 * c;
+      for (int j = 0; j < kJ; ++j) {
+        const int col = w.tn * kCols + 8 * j + 2 * c;
         if (col >= p.n) continue;
-        const float2 bias = !partial && p.bias != nullptr ? LoadBiasPair(p.bias, p.bias_type, col)
-                                                          : make_float2(0.f, 0.f);
+        float2 bg, bu;
+        bias_at(!partial, col, &bg, &bu);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + 8 * h;
           if (row >= p.m) continue;
-          const float2 v = value(j, h, bias);
           if (partial) {
-            float* dst = p.workspace + (static_cast<int64_t>(w.split) * p.m + row) * p.n + col;
-            *reinterpret_cast<float2*>(dst) = v;
+            float* dst = p.workspace +
+                         (static_cast<int64_t>(w.split) * p.m + row) * kWidth * p.n + col;
+            *reinterpret_cast<float2*>(dst) = value(j, h, bg);
+            if constexpr (kGated) *reinterpret_cast<float2*>(dst + p.n) = value(j + kUp, h, bu);
           } else {
+            const float2 v = result(j, h, bg, bu);
             StorePair(static_cast<Out*>(p.out) + row * p.ldc + col, v.x, v.y);
           }
         }
@@ -375,13 +424,16 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 }
 
 // The kernel of a tile, its dynamic shared memory raised once per device.
-template <class Tl, typename Out>
+template <class Tl, typename Out, int kAct>
 cudaError_t PreparedSm90(void (**kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, bool)) {
-  return SmemOptIn<Sm90Kernel<Tl, Out>>(Tl::kSmemBytes, kernel);
+  return SmemOptIn<Sm90Kernel<Tl, Out, kAct>>(Tl::kSmemBytes, kernel);
 }
 
-template <class Tl, typename Out>
+namespace detail {
+
+template <class Tl, typename Out, int kAct>
 cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+  constexpr bool kGated = kAct >= 0;
   using T = typename Tl::T;
   if (Tl::kSmemBytes > props.smem_optin) return cudaErrorInvalidConfiguration;
   const int64_t units = Sm90Units<Tl>(p);
@@ -394,12 +446,13 @@ cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& 
   constexpr int kElem = static_cast<int>(sizeof(T));
   CUtensorMap map_a, map_b, map_c;
   XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda, Tl::kBM, Tl::kBK));
-  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, p.n, p.k, p.ldb,
-                                     Tl::kBN / Tl::kCluster, Tl::kBK));
+  // b's box: the rows one load brings (a gated tile loads its halves apart); a gated b has 2n rows
+  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, kGated ? 2 * p.n : p.n, p.k, p.ldb,
+                                     kGated ? Tl::kBN / 2 : Tl::kBN / Tl::kCluster, Tl::kBK));
   // 16-bit outputs leave by TMA where out's base and pitch allow it (16-byte aligned)
   bool tma_store = false;
   if constexpr (sizeof(Out) == 2) {
-    tma_store = p.splits == 1 && is_aligned(p.out, 16) && p.ldc % 8 == 0;
+    tma_store = p.splits == 1 && !p.partials_only && is_aligned(p.out, 16) && p.ldc % 8 == 0;
     if (tma_store) {
       XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_c, p.out,
                                          std::is_same_v<Out, __half>
@@ -410,11 +463,11 @@ cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& 
   }
   if (!tma_store) map_c = map_a;  // unused
   void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params, bool) = nullptr;
-  XK_CUDA_TRY((PreparedSm90<Tl, Out>(&kernel)));
+  XK_CUDA_TRY((PreparedSm90<Tl, Out, kAct>(&kernel)));
   // a persistent grid: one block per SM (as many clusters as fit at once)
   int slots = props.sm_count;
   if constexpr (Tl::kCluster > 1) {
-    XK_CUDA_TRY((CachedFit<Sm90Kernel<Tl, Out>>(0, &slots, [&](int* fit) {
+    XK_CUDA_TRY((CachedFit<Sm90Kernel<Tl, Out, kAct>>(0, &slots, [&](int* fit) {
       const LaunchConfig one(dim3(Tl::kCluster), dim3(Tl::kThreads), stream, Tl::kCluster, false,
                              Tl::kSmemBytes);
       return cudaOccupancyMaxActiveClusters(fit, kernel, &one.cfg);
@@ -426,7 +479,30 @@ cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& 
                           Tl::kSmemBytes);
     XK_CUDA_TRY(cudaLaunchKernelEx(&lc.cfg, kernel, map_a, map_b, map_c, p, tma_store));
   }
-  return p.splits == 1 ? cudaSuccess : LaunchSplitKReduce<Out>(p, stream, props);
+  if (p.splits == 1 || p.partials_only) return cudaSuccess;
+  return LaunchSplitKReduce<Out>(p, stream, props);
+}
+
+}  // namespace detail
+
+// Runs p with tile Tl. A gated p: 16-bit operands and outputs (gemm.h's Gemm takes the others
+// through the workspace).
+template <class Tl, typename Out>
+cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+  if constexpr (std::is_same_v<typename Tl::T, Out>) {
+    switch (p.act) {
+      case static_cast<int>(math::Act::kSilu):
+        return detail::LaunchSm90<Tl, Out, 0>(p, stream, props);
+      case static_cast<int>(math::Act::kGelu):
+        return detail::LaunchSm90<Tl, Out, 1>(p, stream, props);
+      case static_cast<int>(math::Act::kGeluTanh):
+        return detail::LaunchSm90<Tl, Out, 2>(p, stream, props);
+      default:
+        break;
+    }
+  }
+  if (p.act >= 0) return cudaErrorInvalidValue;
+  return detail::LaunchSm90<Tl, Out, -1>(p, stream, props);
 }
 
 }  // namespace xkernels::gemm
