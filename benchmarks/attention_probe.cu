@@ -1,12 +1,15 @@
 // A standalone check-and-time probe of the attention prefill kernels (include/xkernels/attention/),
 // with no Python: each sm90 kernel version against the cp.async kernel's output on the benchmark
-// shapes (and a ragged batch), then TFLOP/s. For kernel work on the device, before the tests:
+// shapes and short batches, then us and TFLOP/s (CUDA graphs of 20 calls, the median of 16 replays
+// taken in 8 rounds over the versions, each round in another order: where a version runs in a
+// round moves its time by up to 5-7% at s 8192). For kernel work on the device, before the tests:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/attention_probe.cu -o /tmp/attention_probe && /tmp/attention_probe
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,9 +38,9 @@ __global__ void MaxDiff(const T* a, const T* b, int64_t n, float* out) {
 
 using Launch = cudaError_t (*)(const Params&, cudaStream_t, const DeviceProps&);
 
-template <class Tl>
+template <class Tl, attention::Sm90Grid kHow = attention::Sm90Grid::kBlockPerTile>
 cudaError_t Sm90(const Params& p, cudaStream_t s, const DeviceProps& props) {
-  return attention::LaunchSm90Attention<Tl, T>(p, s, props);
+  return attention::LaunchSm90Attention<Tl, T>(p, s, props, kHow);
 }
 cudaError_t Sm80(const Params& p, cudaStream_t s, const DeviceProps&) {
   Params q = p;
@@ -53,28 +56,36 @@ struct Version {
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
+  using attention::Sm90AttnTile, attention::Sm90PrefillTile, attention::Sm90Grid;
   const Version versions[] = {
       {"sm80 (cp.async)", Sm80, Sm80},
-      {"sm90 v1 (2 / 4 stages)", Sm90<attention::Sm90AttnTile<128, 2, false>>,
-       Sm90<attention::Sm90AttnTile<64, 4, false>>},
-      {"sm90 v2 overlap (2 / 4 stages)", Sm90<attention::Sm90AttnTile<128, 2, true>>,
-       Sm90<attention::Sm90AttnTile<64, 4, true>>},
-      {"sm90 v2 overlap (3 / 6 stages)", Sm90<attention::Sm90AttnTile<128, 3, true>>,
-       Sm90<attention::Sm90AttnTile<64, 6, true>>},
+      {"sm90 v1 (2 / 4 stages)", Sm90<Sm90AttnTile<128, 2, false>>,
+       Sm90<Sm90AttnTile<64, 4, false>>},
+      {"sm90 v2 overlap (3 / 6 stages)", Sm90<Sm90AttnTile<128, 3, true>>,
+       Sm90<Sm90AttnTile<64, 6, true>>},
+      {"sm90 v2 / v1 block per tile", Sm90<Sm90PrefillTile<128>>, Sm90<Sm90PrefillTile<64>>},
+      {"sm90 v3 persistent", Sm90<Sm90PrefillTile<128>, Sm90Grid::kPersistent>,
+       Sm90<Sm90PrefillTile<64>, Sm90Grid::kPersistent>},
+      {"sm90 as dispatched", Sm90<Sm90PrefillTile<128>, Sm90Grid::kAuto>,
+       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
   };
+  constexpr int kVersions = sizeof(versions) / sizeof(versions[0]);
   struct Shape {
-    int s, hq, hkv, d;
+    int b, s, hq, hkv, d;
   };
-  const Shape shapes[] = {{8192, 32, 32, 128}, {4096, 32, 8, 128}, {8192, 16, 16, 64}};
+  const Shape shapes[] = {{1, 8192, 32, 32, 128}, {1, 4096, 32, 8, 128}, {1, 8192, 16, 16, 64},
+                          {8, 1024, 32, 8, 128},  {4, 1024, 32, 8, 128}, {16, 1024, 32, 8, 128},
+                          {8, 1024, 32, 32, 128}, {8, 1024, 32, 8, 64}};
   cudaStream_t stream;
-  CHECK(cudaStreamCreate(&stream));
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   float* diff;
   CHECK(cudaMalloc(&diff, sizeof(float)));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   for (const Shape& sh : shapes) {
-    const int64_t nq = int64_t{sh.s} * sh.hq * sh.d, nkv = int64_t{sh.s} * sh.hkv * sh.d;
+    const int64_t nq = int64_t{sh.b} * sh.s * sh.hq * sh.d,
+                  nkv = int64_t{sh.b} * sh.s * sh.hkv * sh.d;
     T *q, *k, *v, *ref, *out;
     CHECK(cudaMalloc(&q, nq * 2));
     CHECK(cudaMalloc(&k, nkv * 2));
@@ -91,34 +102,57 @@ int main() {
       p.k_stride_t = p.v_stride_t = int64_t{sh.hkv} * sh.d, p.k_stride_h = p.v_stride_h = sh.d;
       p.k_stride_b = p.v_stride_b = sh.s * p.k_stride_t;
       p.out_stride_t = p.q_stride_t, p.out_stride_h = sh.d, p.out_stride_b = p.q_stride_b;
-      p.q_len = p.total_q = p.kv_len = sh.s;
-      p.batch = 1, p.num_qo_heads = sh.hq, p.num_kv_heads = sh.hkv, p.head_dim = sh.d;
+      p.q_len = p.kv_len = sh.s, p.total_q = int64_t{sh.b} * sh.s;
+      p.batch = sh.b, p.num_qo_heads = sh.hq, p.num_kv_heads = sh.hkv, p.head_dim = sh.d;
       p.sm_scale = 1.f / std::sqrt(static_cast<float>(sh.d));
       p.causal = causal;
-      const double flops = 4.0 * sh.s * sh.s * sh.hq * sh.d / (causal ? 2 : 1);
-      for (int vi = 0; vi < 4; ++vi) {
+      const double flops = 4.0 * sh.b * sh.s * sh.s * sh.hq * sh.d / (causal ? 2 : 1);
+      float err[kVersions] = {};
+      cudaGraphExec_t graphs[kVersions];
+      const int calls = 20;  // per graph
+      for (int vi = 0; vi < kVersions; ++vi) {
         const Launch f = sh.d == 128 ? versions[vi].d128 : versions[vi].d64;
         p.out = vi == 0 ? ref : out;
         CHECK(cudaMemsetAsync(p.out, 0xFF, nq * 2, stream));  // poison: NaN
         CHECK(f(p, stream, props));
         CHECK(cudaStreamSynchronize(stream));
-        float err = 0.f;
         if (vi > 0) {
           CHECK(cudaMemset(diff, 0, sizeof(float)));
           MaxDiff<<<1024, 256>>>(ref, out, nq, diff);
-          CHECK(cudaMemcpy(&err, diff, sizeof(float), cudaMemcpyDeviceToHost));
+          CHECK(cudaMemcpy(&err[vi], diff, sizeof(float), cudaMemcpyDeviceToHost));
         }
-        for (int w = 0; w < 3; ++w) CHECK(f(p, stream, props));
-        const int reps = 20;
-        CHECK(cudaEventRecord(e0, stream));
-        for (int r = 0; r < reps; ++r) CHECK(f(p, stream, props));
-        CHECK(cudaEventRecord(e1, stream));
-        CHECK(cudaEventSynchronize(e1));
-        float ms = 0.f;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        ms /= reps;
-        std::printf("s=%d hq=%d hkv=%d d=%d causal=%d  %-32s %7.1f TFLOP/s  max|diff| %.4g\n", sh.s,
-                    sh.hq, sh.hkv, sh.d, causal, versions[vi].name, flops / ms / 1e9, err);
+        cudaGraph_t g;
+        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        for (int r = 0; r < calls; ++r) CHECK(f(p, stream, props));
+        CHECK(cudaStreamEndCapture(stream, &g));
+        CHECK(cudaGraphInstantiate(&graphs[vi], g, 0));
+        CHECK(cudaGraphDestroy(g));
+        CHECK(cudaGraphLaunch(graphs[vi], stream));  // warm-up
+      }
+      std::vector<float> us[kVersions];
+      for (int round = 0; round < 8; ++round) {  // versions interleaved: clocks drift alike
+        for (int n = 0; n < kVersions; ++n) {
+          const int vi = (n + round) % kVersions;  // each version first in some round
+          for (int r = 0; r < 2; ++r) {
+            CHECK(cudaEventRecord(e0, stream));
+            CHECK(cudaGraphLaunch(graphs[vi], stream));
+            CHECK(cudaEventRecord(e1, stream));
+            CHECK(cudaEventSynchronize(e1));
+            float ms = 0.f;
+            CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            us[vi].push_back(ms * 1e3f / calls);
+          }
+        }
+      }
+      for (int vi = 0; vi < kVersions; ++vi) {
+        std::sort(us[vi].begin(), us[vi].end());
+        const float t = us[vi][us[vi].size() / 2];
+        std::printf(
+            "b=%d s=%d hq=%d hkv=%d d=%d causal=%d  %-32s %8.1f us %7.1f TFLOP/s  "
+            "max|diff| %.4g\n",
+            sh.b, sh.s, sh.hq, sh.hkv, sh.d, causal, versions[vi].name, t, flops / t / 1e6,
+            err[vi]);
+        CHECK(cudaGraphExecDestroy(graphs[vi]));
       }
     }
     CHECK(cudaFree(q));

@@ -597,9 +597,11 @@ def test_host_num_splits_is_ignored_on_the_host():
 # picks whenever the query tiles alone fill less than 90% of the SMs (most small-batch cases
 # below) and which num_splits forces; (5) the addressing modes: dense, packed-QKV views, ragged
 # (batches over 32 requests: the tile search's second round), paged with page sizes 1, 16, 5 in
-# both layouts, decode with 1 and 4 tokens. The reference matrices run in fp16 and bf16, the
-# feature tests (forced splits, strided outputs, graphs, compile, frameworks) in one dtype each:
-# 173 cases, each a few calls on shapes of at most a few million elements.
+# both layouts, decode with 1 and 4 tokens; (6) the sm90 kernel's grid: persistent over several
+# rounds of items, or one block per tile (keys and values past 64 MiB: 18 million elements). The
+# reference matrices run in fp16 and bf16, the feature tests (forced splits, strided outputs,
+# graphs, compile, frameworks) in one dtype each: 189 cases, each a few calls on shapes of at most
+# a few million elements but that one.
 
 # id -> (batch, q_len, kv_len, hq, hkv, head_dim, layout, attrs)
 GPU_DENSE = {
@@ -632,6 +634,15 @@ GPU_DENSE = {
     "packed-q1000-causal": (2, 1000, 1000, 8, 2, 128, "packed", CAUSAL),
     "packed-d256-q127-window16-lse": (1, 127, 127, 8, 8, 256, "packed",
                                       {"window_left": 16, **LSE}),
+    # the sm90 kernel's grids (sm90.h): persistent over more (tile, request, head) items than
+    # SMs (a block's next item: Q reloaded, the stages carried over), items without keys among
+    # them, a window; one block per tile where the keys and values pass 64 MiB
+    "rounds-gqa4-q600-causal-lse": (3, 600, 600, 16, 4, 128, "contiguous", {**CAUSAL, **LSE}),
+    "rounds-d64-q600-over-kv300-causal-lse": (4, 600, 300, 16, 4, 64, "contiguous",
+                                              {**CAUSAL, **LSE}),
+    "rounds-gqa8-q600-kv900-window200": (3, 600, 900, 16, 2, 128, "contiguous",
+                                         {"window_left": 200}),
+    "kv70mib-q130-kv9000-causal-lse": (2, 130, 9000, 8, 8, 128, "contiguous", {**CAUSAL, **LSE}),
 }
 
 

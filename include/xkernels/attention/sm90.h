@@ -16,6 +16,13 @@
 //   wgmma; O (64 x head_dim) += P V over 128 / 16 wgmmas with V read N-major (transposed) from its
 //   swizzled tile; the stage released to the producer.
 // - Causal and windowed tiles past the diagonal or before the window are skipped, not masked.
+// - v3, persistent (Sm90Grid says when): a dense batch's (query tile, request, head) work items on
+//   one block per SM, longest first (every request's last tiles, which under a causal mask see the
+//   most keys, before the tiles ahead of them), in rounds of one item per block taken in zigzag
+//   order. The producer loads the next item's Q once the consumers' last S = Q K^T of this one is
+//   done, and its K and V as stages free up: the block's launch and set-up are paid once per SM,
+//   and one item's output is written while the next one's tiles land. A template argument, so
+//   that the one-block-per-tile kernel compiles to the code it had without it.
 // What the call computes: params.h. The dispatcher (attention.h) sends here the prefill shapes
 // this path covers (head_dim 64 or 128, dense or ragged keys, no split) on sm_90 devices.
 #ifndef XKERNELS_ATTENTION_SM90_H_
@@ -26,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -52,8 +60,8 @@ struct Sm90AttnTile {
   static constexpr int kKvChunkBytes = kKeys * 128;  // (kKeys, 64) of K or V
   static constexpr int kQBytes = kChunks * kQChunkBytes;
   static constexpr int kKvBytes = kChunks * kKvChunkBytes;  // K (or V) of one stage
-  // barriers: Q, K full x kStages, V full x kStages, empty x kStages
-  static constexpr int kBarBytes = 8 * (1 + 3 * kStages);
+  // barriers: Q full, K full x kStages, V full x kStages, empty x kStages, Q empty (persistent)
+  static constexpr int kBarBytes = 8 * (2 + 3 * kStages);
   // slack to align to 1024 (the swizzle's period), Q, the stages, the barriers
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kBarBytes;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
@@ -69,7 +77,74 @@ template <int D>
 using Sm90PrefillTile =
     std::conditional_t<D == 64, Sm90AttnTile<64, 4, false>, Sm90AttnTile<128, 3, true>>;
 
-template <class Tl, typename T>
+namespace detail {
+
+// One work item of the sm90 kernel, query tile `tile` of request b for query head h: where its
+// rows and keys are, the key tiles it attends to and the keys that every row of it sees (no mask).
+struct Sm90Item {
+  int b, tile, h;
+  int32_t q_begin, q_len;    // the request's queries: tokens q_begin .. q_begin + q_len - 1
+  int32_t t_first, t_last;   // the tile's first and last query token (of the request)
+  int32_t kv_begin, kv_len;  // the request's keys
+  int32_t q_b, kv_b;         // the tensor maps' batch coordinates of q and of k, v
+  int32_t diag;              // query t sees keys <= t + diag (causal)
+  int j_begin, j_end;        // key tiles j_begin .. j_end - 1
+  int32_t full_lo, full_hi;  // keys full_lo .. full_hi - 1 need no mask
+};
+
+// The rest of w from w.b and w.tile.
+template <int kRows, int kKeys>
+XK_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
+  w.q_begin = 0, w.q_len = static_cast<int32_t>(p.q_len);
+  if (p.qo_indptr != nullptr) {
+    w.q_begin = clamp32(p.qo_indptr[w.b], 0, p.total_q);
+    w.q_len = clamp32(p.qo_indptr[w.b + 1], w.q_begin, p.total_q) - w.q_begin;
+  }
+  w.t_first = w.tile * kRows;
+  w.t_last = min(w.q_len - 1, w.t_first + kRows - 1);
+  w.kv_begin = 0, w.kv_len = static_cast<int32_t>(p.kv_len);
+  if (p.kv_mode == KvMode::kRagged) {
+    w.kv_begin = clamp32(p.kv_indptr[w.b], 0, p.kv_len);
+    w.kv_len = clamp32(p.kv_indptr[w.b + 1], w.kv_begin, p.kv_len) - w.kv_begin;
+  }
+  w.q_b = p.qo_indptr == nullptr ? w.b : 0;
+  w.kv_b = p.kv_mode == KvMode::kRagged ? 0 : w.b;
+  w.diag = w.kv_len - w.q_len;
+  int32_t kv_lo = 0, kv_hi = w.kv_len;
+  if (p.causal) kv_hi = max(0, min(kv_hi, w.t_last + w.diag + 1));
+  if (p.window_left >= 0) kv_lo = max(0, w.t_first + w.diag - p.window_left);
+  w.j_begin = kv_lo / kKeys;
+  w.j_end = kv_hi > kv_lo ? (kv_hi + kKeys - 1) / kKeys : w.j_begin;
+  w.full_lo = 0, w.full_hi = w.kv_len;
+  if (p.causal) w.full_hi = max(0, min(w.full_hi, w.t_first + w.diag + 1));
+  if (p.window_left >= 0) w.full_lo = w.t_last + w.diag - p.window_left;
+}
+
+// Item k of a persistent block of a dense batch: round k gives the grid items k grid .. (k + 1)
+// grid - 1, block blk the blk-th of an even round and the blk-th from the end of an odd one
+// (zigzag: the blocks that took the longer items of a round take the shorter of the next). Items
+// are counted longest first: query tiles back from each request's last (under a causal mask the
+// last sees the most keys), then requests, then query heads (those of a kv head side by side,
+// reading its keys from L2 together). False once the block has no item left.
+template <int kRows, int kKeys>
+XK_DEVICE bool sm90_persistent_item(const Params& p, int k, Sm90Item& w) {
+  const int tiles = static_cast<int>((p.q_len + kRows - 1) / kRows);
+  const int items = tiles * p.batch * p.num_qo_heads;  // < 2^30: the launcher checks
+  const int grid = static_cast<int>(gridDim.x), blk = static_cast<int>(blockIdx.x);
+  const int i = k * grid + (k % 2 == 0 ? blk : grid - 1 - blk);
+  if (i >= items) return false;  // then there is no round k + 1 either
+  const int y = i / p.num_qo_heads;
+  w.h = i - y * p.num_qo_heads;
+  const int rank = y / p.batch;  // query tiles back from the request's last
+  w.b = y - rank * p.batch;
+  w.tile = tiles - 1 - rank;
+  sm90_item<kRows, kKeys>(p, w);
+  return true;
+}
+
+}  // namespace detail
+
+template <class Tl, typename T, bool kPersistent>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
     Sm90AttentionKernel(const __grid_constant__ CUtensorMap map_q,
                         const __grid_constant__ CUtensorMap map_k,
@@ -91,7 +166,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   auto bar_v = [&](int st) { return bar_q + 8 * (1 + kStages + st); };
   auto bar_empty = [&](int st) { return bar_q + 8 * (1 + 2 * kStages + st); };
 
-  const int h = static_cast<int>(blockIdx.x);  // query head
+  const uint32_t bar_q_empty = bar_q + 8 * (1 + 3 * kStages);  // persistent: Q free again
+
+  const int h = static_cast<int>(blockIdx.x);  // query head (not persistent: the block's)
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int kv_head = h / group;
   const int wg = static_cast<int>(threadIdx.x) / 128;
@@ -106,76 +183,73 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       tma::mbar_init(bar_v(s), 1);
       tma::mbar_init(bar_empty(s), 8);  // one arrival per consumer warp
     }
+    if constexpr (kPersistent) tma::mbar_init(bar_q_empty, 8);  // likewise, after an item's last S
     tma::mbar_fence_init();
   }
   __syncthreads();
   pdl_wait();  // everything below may read what the previous kernel wrote
 
-  // ---- which request and query tile (the last tiles of a request first: under a causal mask
-  // they have the most keys)
-  int b, tile;
-  if (p.qo_indptr == nullptr) {
-    const int tiles = static_cast<int>((p.q_len + Tl::kRows - 1) / Tl::kRows);
-    b = static_cast<int>(blockIdx.y) / tiles;
-    tile = tiles - 1 - static_cast<int>(blockIdx.y) % tiles;
-  } else if (!detail::find_ragged_tile<Tl::kRows>(p, 1, static_cast<int>(blockIdx.y), b, tile,
-                                                  tile_of_block)) {
-    return;
+  // ---- the item in hand: the block's own (query head blockIdx.x, and request and query tile from
+  // blockIdx.y, the last tiles of a request first: under a causal mask they have the most keys),
+  // or each of a persistent block's in turn
+  detail::Sm90Item w{};
+  if constexpr (!kPersistent) {
+    w.h = h;
+    if (p.qo_indptr == nullptr) {
+      const int tiles = static_cast<int>((p.q_len + Tl::kRows - 1) / Tl::kRows);
+      w.b = static_cast<int>(blockIdx.y) / tiles;
+      w.tile = tiles - 1 - static_cast<int>(blockIdx.y) % tiles;
+    } else if (!detail::find_ragged_tile<Tl::kRows>(p, 1, static_cast<int>(blockIdx.y), w.b, w.tile,
+                                                    tile_of_block)) {
+      return;
+    }
+    detail::sm90_item<Tl::kRows, kKeys>(p, w);
   }
-  int32_t q_begin = 0, q_len = static_cast<int32_t>(p.q_len);
-  if (p.qo_indptr != nullptr) {
-    q_begin = detail::clamp32(p.qo_indptr[b], 0, p.total_q);
-    q_len = detail::clamp32(p.qo_indptr[b + 1], q_begin, p.total_q) - q_begin;
-  }
-  const int32_t t_first = tile * Tl::kRows;  // first query token of the tile
-  const int32_t t_last = min(q_len - 1, t_first + Tl::kRows - 1);
-  int32_t kv_begin = 0, kv_len = static_cast<int32_t>(p.kv_len);
-  if (p.kv_mode == KvMode::kRagged) {
-    kv_begin = detail::clamp32(p.kv_indptr[b], 0, p.kv_len);
-    kv_len = detail::clamp32(p.kv_indptr[b + 1], kv_begin, p.kv_len) - kv_begin;
-  }
-  // tensor-map coordinates of token 0: (token, batch)
-  const int32_t q_tok0 = q_begin, q_b = p.qo_indptr == nullptr ? b : 0;
   const bool ragged_kv = p.kv_mode == KvMode::kRagged;
-  const int32_t kv_tok0 = kv_begin, kv_b = ragged_kv ? 0 : b;
-
-  // ---- the keys this block attends to, and the ones every row of it sees (no mask)
-  const int32_t diag = kv_len - q_len;  // query t sees keys <= t + diag (causal)
-  int32_t kv_lo = 0, kv_hi = kv_len;
-  if (p.causal) kv_hi = max(0, min(kv_hi, t_last + diag + 1));
-  if (p.window_left >= 0) kv_lo = max(0, t_first + diag - p.window_left);
-  const int j_begin = kv_lo / kKeys;
-  const int j_end = kv_hi > kv_lo ? (kv_hi + kKeys - 1) / kKeys : j_begin;
-  int32_t full_lo = 0, full_hi = kv_len;
-  if (p.causal) full_hi = max(0, min(full_hi, t_first + diag + 1));
-  if (p.window_left >= 0) full_lo = t_last + diag - p.window_left;
 
   if (wg == 0) {  // ---- producer
     wgmma::setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      tma::mbar_arrive_expect_tx(bar_q, Tl::kQBytes);
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        tma::load_4d(s_q + c * Tl::kQChunkBytes, &map_q, bar_q, 64 * c, h, q_tok0 + t_first, q_b);
-      }
       int st = 0;
       uint32_t phase = 0;
-      for (int j = j_begin; j < j_end; ++j) {
-        tma::mbar_wait(bar_empty(st), phase ^ 1);  // a fresh barrier passes parity 1
-        const int32_t tok = kv_tok0 + j * kKeys;
-        tma::mbar_arrive_expect_tx(bar_k(st), Tl::kKvBytes);
+      // Q of item w, then its K and V tiles through the stages (tensor-map coordinates: token,
+      // batch)
+      auto load_item = [&] {
+        const int kv_h = kPersistent ? w.h / group : kv_head;
+        tma::mbar_arrive_expect_tx(bar_q, Tl::kQBytes);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          tma::load_4d(s_k(st) + c * Tl::kKvChunkBytes, &map_k, bar_k(st), 64 * c, kv_head, tok,
-                       kv_b);
+          tma::load_4d(s_q + c * Tl::kQChunkBytes, &map_q, bar_q, 64 * c, w.h,
+                       w.q_begin + w.t_first, w.q_b);
         }
-        tma::mbar_arrive_expect_tx(bar_v(st), Tl::kKvBytes);
+        for (int j = w.j_begin; j < w.j_end; ++j) {
+          tma::mbar_wait(bar_empty(st), phase ^ 1);  // a fresh barrier passes parity 1
+          const int32_t tok = w.kv_begin + j * kKeys;
+          tma::mbar_arrive_expect_tx(bar_k(st), Tl::kKvBytes);
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          tma::load_4d(s_v(st) + c * Tl::kKvChunkBytes, &map_v, bar_v(st), 64 * c, kv_head, tok,
-                       kv_b);
+          for (int c = 0; c < kChunks; ++c) {
+            tma::load_4d(s_k(st) + c * Tl::kKvChunkBytes, &map_k, bar_k(st), 64 * c, kv_h, tok,
+                         w.kv_b);
+          }
+          tma::mbar_arrive_expect_tx(bar_v(st), Tl::kKvBytes);
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) {
+            tma::load_4d(s_v(st) + c * Tl::kKvChunkBytes, &map_v, bar_v(st), 64 * c, kv_h, tok,
+                         w.kv_b);
+          }
+          if (++st == kStages) st = 0, phase ^= 1;
         }
-        if (++st == kStages) st = 0, phase ^= 1;
+      };
+      if constexpr (!kPersistent) {
+        load_item();
+      } else {
+        uint32_t q_phase = 0;
+        for (int k = 0; detail::sm90_persistent_item<Tl::kRows, kKeys>(p, k, w); ++k) {
+          if (w.j_begin == w.j_end) continue;  // no keys: the consumers write zeros, without Q
+          tma::mbar_wait(bar_q_empty, q_phase ^ 1);  // the last item done with Q
+          q_phase ^= 1;
+          load_item();
+        }
       }
     }
     pdl_release();
@@ -220,13 +294,13 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kKeys / 2; ++i) s[i] = cap * math::tanh_approx(s[i] * cap_in);
     }
-    if (j * kKeys < full_lo || (j + 1) * kKeys > full_hi) {
+    if (j * kKeys < w.full_lo || (j + 1) * kKeys > w.full_hi) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int32_t t = t_first + r_lo + 8 * half;
-        int32_t lo = 0, hi = kv_len;
-        if (p.causal) hi = min(hi, t + diag + 1);
-        if (p.window_left >= 0) lo = t + diag - p.window_left;
+        const int32_t t = w.t_first + r_lo + 8 * half;
+        int32_t lo = 0, hi = w.kv_len;
+        if (p.causal) hi = min(hi, t + w.diag + 1);
+        if (p.window_left >= 0) lo = t + w.diag - p.window_left;
 #pragma unroll
         for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
@@ -287,11 +361,11 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   // outside any wgmma batch: ptxas serialises the wgmmas of a batch with such code inside.
   auto ready_v = [&](int j, int st, uint32_t phase) {
     tma::mbar_wait(bar_v(st), phase);
-    if (ragged_kv && (j + 1) * kKeys > kv_len) {
+    if (ragged_kv && (j + 1) * kKeys > w.kv_len) {
       // The tile's rows past this request's keys hold the next request's values (or whatever
       // follows the last one): P is 0 there, but 0 x inf or nan is not, so the two consumer
       // groups zero those rows first (whole 128-byte rows: the swizzle stays inside a row).
-      const int first = kv_len - j * kKeys;
+      const int first = w.kv_len - j * kKeys;
       const int n16 = (kKeys - first) * kChunks * 8;  // 16-byte pieces to clear
       for (int i = static_cast<int>(threadIdx.x) - 128; i < n16; i += 256) {
         const int r = first + i / (kChunks * 8), ch = (i / 8) % kChunks, x = i % 8;
@@ -331,81 +405,110 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     if (lane == 0) tma::mbar_arrive(bar_empty(st));
   };
 
-  tma::mbar_wait(bar_q, 0);
+  // Q given back to the producer (for the next item) once the item's last S is done
+  auto release_q = [&](bool last) {
+    if constexpr (kPersistent) {
+      if (last && lane == 0) tma::mbar_arrive(bar_q_empty);
+    }
+  };
+
   int st = 0;
-  uint32_t phase = 0;
-  if constexpr (!Tl::kOverlap) {
-    // v1: each tile's S, softmax and P V in turn (the other consumer group fills the gaps)
-    for (int j = j_begin; j < j_end; ++j) {
-      float s[kKeys / 2];
-      compute_s(s, st, phase);
+  uint32_t phase = 0, q_phase = 0;
+  for (int k = 0;; ++k) {  // the block's item, or each of a persistent block's
+    if constexpr (!kPersistent) {
+      tma::mbar_wait(bar_q, 0);
+    } else {
+      if (!detail::sm90_persistent_item<Tl::kRows, kKeys>(p, k, w)) break;
+#pragma unroll
+      for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+      m[0] = m[1] = -math::kInf;
+      l[0] = l[1] = 0.f;
+      if (w.j_begin < w.j_end) {  // else no Q was loaded: zeros
+        tma::mbar_wait(bar_q, q_phase);
+        q_phase ^= 1;
+      }
+    }
+    const int j_begin = w.j_begin, j_end = w.j_end;
+    if constexpr (!Tl::kOverlap) {
+      // v1: each tile's S, softmax and P V in turn (the other consumer group fills the gaps)
+      for (int j = j_begin; j < j_end; ++j) {
+        float s[kKeys / 2];
+        compute_s(s, st, phase);
+        release_q(j + 1 == j_end);
+        uint32_t pa[kKeys / 16][4];
+        float alpha[2];
+        if (softmax(s, j, alpha)) rescale(alpha);
+        to_a(s, pa);
+        ready_v(j, st, phase);
+        issue_pv(pa, st);
+        finish_pv(pa, st);
+        if (++st == kStages) st = 0, phase ^= 1;
+      }
+    } else if (j_begin < j_end) {
+      // v2: tile j + 1's S = Q K^T is issued before tile j's P V, and its softmax (in fp32, in
+      // place) runs while that P V is on the tensor cores; P's 16-bit A fragments are written
+      // only once P V j is done (ptxas serialises wgmmas whose operand registers other code
+      // writes while they may be in flight).
       uint32_t pa[kKeys / 16][4];
       float alpha[2];
-      if (softmax(s, j, alpha)) rescale(alpha);
-      to_a(s, pa);
-      ready_v(j, st, phase);
+      bool moved;
+      {
+        float s[kKeys / 2];
+        compute_s(s, st, phase);
+        release_q(j_begin + 1 == j_end);
+        moved = softmax(s, j_begin, alpha);  // O is 0: its rescale is moot
+        to_a(s, pa);
+      }
+      moved = false;
+      for (int j = j_begin; j + 1 < j_end; ++j) {  // every tile but the last: a next one
+        const int st1 = st + 1 == kStages ? 0 : st + 1;
+        const uint32_t phase1 = st + 1 == kStages ? phase ^ 1 : phase;
+        float s[kKeys / 2];
+        ready_v(j, st, phase);
+        tma::mbar_wait(bar_k(st1), phase1);
+        issue_s(s, st1);
+        if (moved) rescale(alpha);  // tile j's, before its P V
+        issue_pv(pa, st);
+        wgmma::wait<1>();  // S of tile j + 1 done; P V j may still run
+        wgmma::fence_operands(s);
+        release_q(j + 2 == j_end);
+        moved = softmax(s, j + 1, alpha);
+        finish_pv(pa, st);
+        to_a(s, pa);
+        st = st1, phase = phase1;
+      }
+      ready_v(j_end - 1, st, phase);  // the last tile's P V
+      if (moved) rescale(alpha);
       issue_pv(pa, st);
       finish_pv(pa, st);
-      if (++st == kStages) st = 0, phase ^= 1;
+      if constexpr (kPersistent) {  // the next item's first tile: the next stage
+        if (++st == kStages) st = 0, phase ^= 1;
+      }
     }
-  } else if (j_begin < j_end) {
-    // v2: tile j + 1's S = Q K^T is issued before tile j's P V, and its softmax (in fp32, in
-    // place) runs while that P V is on the tensor cores; P's 16-bit A fragments are written
-    // only once P V j is done (ptxas serialises wgmmas whose operand registers other code
-    // writes while they may be in flight).
-    uint32_t pa[kKeys / 16][4];
-    float alpha[2];
-    bool moved;
-    {
-      float s[kKeys / 2];
-      compute_s(s, st, phase);
-      moved = softmax(s, j_begin, alpha);  // O is 0: its rescale is moot
-      to_a(s, pa);
-    }
-    moved = false;
-    for (int j = j_begin; j + 1 < j_end; ++j) {  // every tile but the last: a next one
-      const int st1 = st + 1 == kStages ? 0 : st + 1;
-      const uint32_t phase1 = st + 1 == kStages ? phase ^ 1 : phase;
-      float s[kKeys / 2];
-      ready_v(j, st, phase);
-      tma::mbar_wait(bar_k(st1), phase1);
-      issue_s(s, st1);
-      if (moved) rescale(alpha);  // tile j's, before its P V
-      issue_pv(pa, st);
-      wgmma::wait<1>();  // S of tile j + 1 done; P V j may still run
-      wgmma::fence_operands(s);
-      moved = softmax(s, j + 1, alpha);
-      finish_pv(pa, st);
-      to_a(s, pa);
-      st = st1, phase = phase1;
-    }
-    ready_v(j_end - 1, st, phase);  // the last tile's P V
-    if (moved) rescale(alpha);
-    issue_pv(pa, st);
-    finish_pv(pa, st);
-  }
-  pdl_release();
+    if (!kPersistent || k == 0) pdl_release();
 
-  // ---- out and lse of this thread's two rows
-  T* out = static_cast<T*>(p.out);
+    // ---- out and lse of this thread's two rows (0 and -inf for a row that sees no key)
+    T* out = static_cast<T*>(p.out);
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float sum = detail::quad_sum(l[half]);
-    const int32_t t = t_first + r_lo + 8 * half;
-    if (t >= q_len) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* dst = out + b * p.out_stride_b + (static_cast<int64_t>(q_begin) + t) * p.out_stride_t +
-             h * p.out_stride_h;
+    for (int half = 0; half < 2; ++half) {
+      const float sum = detail::quad_sum(l[half]);
+      const int32_t t = w.t_first + r_lo + 8 * half;
+      if (t >= w.q_len) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      T* dst = out + w.b * p.out_stride_b + (static_cast<int64_t>(w.q_begin) + t) * p.out_stride_t +
+               w.h * p.out_stride_h;
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * c) =
-          mma::pack2<T>(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+      for (int n = 0; n < kD / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * c) =
+            mma::pack2<T>(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+      }
+      if (c == 0 && p.lse != nullptr) {
+        const float lse2 = sum > 0.f ? m[half] * scale2 + math::lg2_approx(sum) : -math::kInf;
+        p.lse[w.b * p.lse_stride_b + (static_cast<int64_t>(w.q_begin) + t) * p.lse_stride_t + w.h] =
+            lse2 * math::kLn2;
+      }
     }
-    if (c == 0 && p.lse != nullptr) {
-      const float lse2 = sum > 0.f ? m[half] * scale2 + math::lg2_approx(sum) : -math::kInf;
-      p.lse[b * p.lse_stride_b + (static_cast<int64_t>(q_begin) + t) * p.lse_stride_t + h] =
-          lse2 * math::kLn2;
-    }
+    if constexpr (!kPersistent) break;
   }
 #endif
 }
@@ -442,11 +545,33 @@ inline const char* Sm90Unsupported(const Params& p) {
   return nullptr;
 }
 
+// How the sm90 kernel's blocks take a dense batch's work items (query tile, request, head): one
+// block each (v1, v2: the hardware's block scheduler keeps a window of consecutive items in
+// flight, request by request), or a persistent grid of one block per SM walking them longest first
+// (v3). kAuto: persistent where Sm90PersistentPays. Ragged batches take one block per item.
+enum class Sm90Grid { kAuto, kPersistent, kBlockPerTile };
+
+// The persistent grid pays for a dense batch of more items than SMs whose keys and values are at
+// most 64 MiB (the longest-first order reads every request's at once; H100 and H200 have 50 and
+// 60 MB of L2). Measured on an H100, bf16, one block per tile -> persistent (benchmarks/README.md,
+// sm90 versions): b 8 x s 1024 GQA 32/8 d 128 causal 217 -> 175 us, b 16 (64 MiB) 443 -> 350,
+// d 64 b 8 149 -> 116, s 8192 16 heads of 64 (32 MiB) 349 -> 344; but MHA b 8 x s 1024 (128 MiB)
+// 225 -> 261, and one item per SM gains nothing (b 1 x s 100, 4 heads: 5.8 -> 6.1).
+constexpr int64_t kSm90PersistentKvBytes = int64_t{64} << 20;
+
+template <typename T>
+bool Sm90PersistentPays(const Params& p, int64_t items, int sm_count) {
+  const int64_t kv_bytes =
+      2 * p.batch * p.num_kv_heads * p.kv_len * p.head_dim * static_cast<int64_t>(sizeof(T));
+  return p.qo_indptr == nullptr && items > sm_count && kv_bytes <= kSm90PersistentKvBytes;
+}
+
 // Launches p (Sm90Unsupported(p) == nullptr) on the sm90 kernel; cudaErrorNotSupported when the
 // device has too little shared memory or the driver refuses the tensor maps (the dispatcher then
 // takes the cp.async kernel).
 template <class Tl, typename T>
-cudaError_t LaunchSm90Attention(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+cudaError_t LaunchSm90Attention(const Params& p, cudaStream_t stream, const DeviceProps& props,
+                                Sm90Grid how = Sm90Grid::kAuto) {
   if (Tl::kSmemBytes > props.smem_optin) return cudaErrorNotSupported;  // cp.async instead
   // blocks per head: every tile of a dense batch, or a bound on a ragged batch's (the blocks past
   // the last tile return)
@@ -454,6 +579,11 @@ cudaError_t LaunchSm90Attention(const Params& p, cudaStream_t stream, const Devi
                                                : (p.total_q + Tl::kRows - 1) / Tl::kRows + p.batch;
   if (tiles == 0) return cudaSuccess;
   if (tiles > 65535) return cudaErrorNotSupported;
+  const int64_t items = tiles * p.num_qo_heads;  // of a dense batch
+  const bool persistent =
+      p.qo_indptr == nullptr && items < (int64_t{1} << 30) &&
+      (how == Sm90Grid::kPersistent ||
+       (how == Sm90Grid::kAuto && Sm90PersistentPays<T>(p, items, props.sm_count)));
   const CUtensorMapDataType type = std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   // [batch, tokens, heads, head_dim] as 4-D maps (dense: batch x q_len or kv_len tokens; ragged:
@@ -486,8 +616,13 @@ cudaError_t LaunchSm90Attention(const Params& p, cudaStream_t stream, const Devi
     }
   }
   void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params) = nullptr;
-  XK_CUDA_TRY((SmemOptIn<Sm90AttentionKernel<Tl, T>>(Tl::kSmemBytes, &kernel)));
-  const dim3 grid(static_cast<unsigned>(p.num_qo_heads), static_cast<unsigned>(tiles));
+  dim3 grid(static_cast<unsigned>(p.num_qo_heads), static_cast<unsigned>(tiles));
+  if (persistent) {
+    XK_CUDA_TRY((SmemOptIn<Sm90AttentionKernel<Tl, T, true>>(Tl::kSmemBytes, &kernel)));
+    grid = dim3(static_cast<unsigned>(std::min<int64_t>(items, props.sm_count)));
+  } else {
+    XK_CUDA_TRY((SmemOptIn<Sm90AttentionKernel<Tl, T, false>>(Tl::kSmemBytes, &kernel)));
+  }
   const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, 1, UsePDL(props), Tl::kSmemBytes);
   return cudaLaunchKernelEx(&lc.cfg, kernel, map_q, map_k, map_v, p);
 }
