@@ -98,7 +98,8 @@ struct Unit {
 };
 template <class Tl>
 XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
-  const int tiles_m = TileRows<Tl>(p), tiles_n = ceil_div(p.n, TileCols<Tl>(p));
+  const int cols = TileCols<Tl>(p);
+  const int tiles_m = TileRows<Tl>(p), tiles_n = (p.n + cols - 1) / cols;
   const int tiles = tiles_m * tiles_n;
   Unit w;
   w.split = u / tiles;
@@ -113,8 +114,8 @@ XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
 // Work units of a call: output tiles (of clusters) x splits.
 template <class Tl>
 XK_HOST_DEVICE int64_t Sm90Units(const Params& p) {
-  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ceil_div(p.n, detail::TileCols<Tl>(p)) *
-         p.splits;
+  const int cols = detail::TileCols<Tl>(p);
+  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ((p.n + cols - 1) / cols) * p.splits;
 }
 
 template <class Tl, typename Out, int kAct>
