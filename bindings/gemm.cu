@@ -309,6 +309,24 @@ void RunGemm(const char* op, Params& p, const TensorView& workspace, const Tenso
 
 // ------------------------------------------------------------------------------------- gemm
 
+// The operands of a 16-bit GEMM (gemm, gemm_gated) into p, checked: out [..., n] of out_type, bias
+// [bias_n] (absent, a's dtype or float32), row pitches, and on a GPU 16-byte aligned data with
+// pitches in multiples of 8 elements; the sizes (m, n, k below 2^31) and types.
+void SetOperands16(const char* op, Params& p, const TensorView& out, const TensorView& a,
+                   const TensorView& b, const TensorView& bias, int64_t m, int64_t n, int64_t k,
+                   int64_t bias_n, Elem in, Elem out_type) {
+  p.ldc = CheckOut(op, out, a, n, out_type);
+  p.bias = CheckBias(op, bias, a, bias_n, in, "a's dtype", &p.bias_type);
+  p.lda = RowPitch(op, "a", a);
+  p.ldb = RowPitch(op, "b", b);
+  CheckAligned(op, "a", a, p.lda, 8);
+  CheckAligned(op, "b", b, p.ldb, 8);
+  CheckAligned(op, "out", out, p.ldc, 8);
+  p.a = Ptr(a), p.b = Ptr(b), p.out = Ptr(out);
+  p.m = static_cast<int32_t>(m), p.n = static_cast<int32_t>(n), p.k = static_cast<int32_t>(k);
+  p.in_type = in, p.out_type = out_type;
+}
+
 void GemmOp(TensorView out, TensorView workspace, TensorView a, TensorView b, TensorView bias,
             int64_t out_dtype, int64_t b_layout, int64_t num_splits, int64_t kernel) {
   constexpr const char* op = "gemm";
@@ -337,16 +355,7 @@ void GemmOp(TensorView out, TensorView workspace, TensorView a, TensorView b, Te
   const Elem out_type = OutType(op, out_dtype, in);
   CheckScalars(op, num_splits, kernel);
   Params p;
-  p.ldc = CheckOut(op, out, a, n, out_type);
-  p.bias = CheckBias(op, bias, a, n, in, "a's dtype", &p.bias_type);
-  p.lda = RowPitch(op, "a", a);
-  p.ldb = RowPitch(op, "b", b);
-  CheckAligned(op, "a", a, p.lda, 8);
-  CheckAligned(op, "b", b, p.ldb, 8);
-  CheckAligned(op, "out", out, p.ldc, 8);
-  p.a = Ptr(a), p.b = Ptr(b), p.out = Ptr(out);
-  p.m = static_cast<int32_t>(m), p.n = static_cast<int32_t>(n), p.k = static_cast<int32_t>(k);
-  p.in_type = in, p.out_type = out_type;
+  SetOperands16(op, p, out, a, b, bias, m, n, k, n, in, out_type);
   p.b_layout = kn ? BLayout::kKN : BLayout::kNK;
   p.path = static_cast<Path>(kernel);
   RunGemm(op, p, workspace, a, num_splits);
@@ -384,16 +393,7 @@ void GemmGatedOp(TensorView out, TensorView workspace, TensorView a, TensorView 
   const Elem out_type = OutType(op, out_dtype, in);
   CheckScalars(op, num_splits, kernel);
   Params p;
-  p.ldc = CheckOut(op, out, a, n, out_type);
-  p.bias = CheckBias(op, bias, a, rows, in, "a's dtype", &p.bias_type);
-  p.lda = RowPitch(op, "a", a);
-  p.ldb = RowPitch(op, "b", b);
-  CheckAligned(op, "a", a, p.lda, 8);
-  CheckAligned(op, "b", b, p.ldb, 8);
-  CheckAligned(op, "out", out, p.ldc, 8);
-  p.a = Ptr(a), p.b = Ptr(b), p.out = Ptr(out);
-  p.m = static_cast<int32_t>(m), p.n = static_cast<int32_t>(n), p.k = static_cast<int32_t>(k);
-  p.in_type = in, p.out_type = out_type;
+  SetOperands16(op, p, out, a, b, bias, m, n, k, rows, in, out_type);
   p.path = static_cast<Path>(kernel);
   p.act = static_cast<int32_t>(act);
   RunGemm(op, p, workspace, a, num_splits);
