@@ -159,8 +159,17 @@ double Run(const Case& c, bool check, int reps, bool* ok, const char* label = nu
   } else {
     CHECK(gemm::PlanSplits(p, &p.splits));
   }
-  if (p.splits > 1) CHECK(cudaMalloc(&ws, gemm::WorkspaceElems(p.splits, c.m, c.n) * 4));
+  // the workspace: split-K's partial tiles, or (PROBE_SK unset or 1) stream-K's slots, sized
+  // for the largest tile (a variant's may be any)
+  const char* sk_env = std::getenv("PROBE_SK");
+  const bool sk = p.splits == 1 && !(sk_env && std::strcmp(sk_env, "0") == 0);
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t ws_elems = sk ? static_cast<int64_t>(sms) * (128 * 256 + 2)
+                              : gemm::WorkspaceElems(p.splits, c.m, c.n);
+  if (ws_elems > 0) CHECK(cudaMalloc(&ws, ws_elems * 4));
   p.workspace = ws;
+  p.stream_k = sk;
   CHECK(cudaDeviceSynchronize());
   CHECK(launch(p));
   CHECK(cudaGetLastError());
@@ -262,6 +271,19 @@ int main(int argc, char** argv) {
   checks.push_back({2048, 2048, 2048, Elem::kBF16, Elem::kBF16, P::kSm90, Scale::kNone, false, 0});
   checks.push_back({2048, 2048, 2048, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, false, 0});
   checks.push_back({5, 8, 0, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, true, 0});
+  // stream-K (sm90.h, StreamKUnits): unsplit, fewer units than SMs (tiles over 3-4 blocks each),
+  // and a whole round before the spread units (the shapes of tests/test_gemm.py's STREAM_K)
+  for (Elem in : {Elem::kBF16, Elem::kF16}) {
+    checks.push_back({1000, 1032, 4104, in, in, P::kSm90, Scale::kNone, true, 1});
+    checks.push_back({1000, 1032, 4104, in, Elem::kF32, P::kSm90, Scale::kNone, true, 1});
+    checks.push_back({4800, 1024, 2800, in, in, P::kSm90, Scale::kNone, true, 1});
+  }
+  for (Scale s : {Scale::kTensor, Scale::kRow}) {
+    checks.push_back({1000, 1040, 7168, Elem::kE4M3, Elem::kBF16, P::kAuto, s, true, 1});
+    checks.push_back({4800, 1024, 6144, Elem::kE4M3, Elem::kBF16, P::kAuto, s, false, 1});
+  }
+  checks.push_back({1000, 1040, 6144, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, true, 1});
+  checks.push_back({2300, 1152, 4096, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, false, 1});
   for (const Case& c : checks) {
     bool ok;
     Run(c, true, 0, &ok);
@@ -314,6 +336,11 @@ int main(int argc, char** argv) {
        [&](const Params& p) {
          return gemm::LaunchSm90<gemm::Sm90Tile<B16, 2, 256, 4, false, 2>, B16>(p, 0, props);
        }},
+      {"sm90 2x256x4 c2 ord",
+       [&](const Params& p) {
+         return gemm::LaunchSm90<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>, B16>(p, 0,
+                                                                                     props);
+       }},
   };
   using F8 = __nv_fp8_e4m3;
   const std::vector<std::pair<const char*, Launch>> fp8_variants = {
@@ -331,9 +358,9 @@ int main(int argc, char** argv) {
        [&](const Params& p) {
          return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true>, B16>(p, 0, props);
        }},
-      {"f8b 2x128x6 c2",
+      {"f8b 2x128x6 ord",
        [&](const Params& p) {
-         return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 2>, B16>(p, 0, props);
+         return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 1, true>, B16>(p, 0, props);
        }},
   };
   for (const auto& [label, launch] : fp8_variants) {
@@ -367,7 +394,10 @@ int main(int argc, char** argv) {
           Case{3000, 2056, 1000, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, true, 1},
           Case{8192, 8192, 8192, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
           Case{4096, 4096, 4096, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
-          Case{16384, 8192, 2048, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1}}) {
+          Case{16384, 8192, 2048, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
+          Case{8192, 4096, 4096, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
+          Case{8192, 6144, 4096, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1},
+          Case{8192, 4096, 14336, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 1}}) {
       bool ok;
       Run(c, c.m <= 3000, c.m <= 3000 ? 0 : 20, &ok, label, launch);
       failed += !ok;

@@ -281,6 +281,18 @@ inline int DeviceCc(int dev) {
   }
   return cache[dev];
 }
+
+// Streaming multiprocessors of a GPU, read once per device.
+inline int DeviceSms(int dev) {
+  static int cache[kMaxDevices] = {};
+  if (dev < 0 || dev >= kMaxDevices) return 0;
+  if (cache[dev] == 0) {  // benign race: every thread writes the same value
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cache[dev] = sms;
+  }
+  return cache[dev];
+}
 #endif
 
 // A module's dry-run flag (per thread): when set, exported functions validate their arguments

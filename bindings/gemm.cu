@@ -238,14 +238,16 @@ void CheckScalars(const char* op, int64_t num_splits, int64_t kernel) {
   }
 }
 
-// The workspace: float32, contiguous, on a's device, at least `need` floats (GPU, num_splits > 1).
+// The workspace: float32, contiguous, on a's device, at least `need` floats (GPU: split-K's,
+// stream-K's or a gated product's partial tiles).
 void CheckWorkspace(const char* op, const TensorView& ws, const TensorView& a, int64_t need) {
   if (need == 0) return;
   CheckDevice(op, "workspace", ws, "a", a);
   if (ws.dtype() != kF32Type || !Dense(ws) || ws.numel() < need) {
     TVM_FFI_THROW(ValueError) << op << ": workspace must be a contiguous float32 tensor of at "
-                              << "least " << need << " elements for num_splits > 1 (see " << op
-                              << "_plan), got " << DTypeStr(ws.dtype()) << " of " << ws.numel();
+                              << "least " << need << " elements for these shapes and num_splits "
+                              << "(see " << op << "_plan), got " << DTypeStr(ws.dtype()) << " of "
+                              << ws.numel();
   }
   CheckAligned(op, "workspace", ws, 0, 1);
 }
@@ -273,7 +275,7 @@ void CheckSupported(const char* op, const Params& p, const TensorView& a) {
 // Floats of workspace p needs on GPU device `dev` (p.splits set).
 int64_t WorkspaceNeed(const Params& p, int dev) {
 #ifndef XKERNELS_HOST_ONLY
-  return gemm::WorkspaceElems(p, DeviceCc(dev) / 10);
+  return gemm::WorkspaceElems(p, DeviceCc(dev) / 10, DeviceSms(dev));
 #else
   (void)dev;
   return gemm::WorkspaceElems(p, false);

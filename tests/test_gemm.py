@@ -566,6 +566,53 @@ def test_gpu_gemm_split_k(m, n, k, num_splits, kernel):
         assert splits > 1 and ws == splits * m * n, (splits, ws)  # the planner split it
 
 
+# Stream-K (sm90.h): an unsplit call of the 128-row sm90 tiles whose last round would leave
+# enough SMs idle for long enough (StreamKUnits: about 34 k blocks of idle time for 128 x 256 tiles,
+# 17 for 128 x 128) spreads the k blocks of its last units over every SM, the partial tiles meeting
+# in the workspace. The shapes, on an H100 (132 SMs; 16-bit units are clusters of two 128 x 256
+# tiles, 66 at a time): units under one round, with each tile over 3-4 blocks (m 1000, n 1032,
+# forced unsplit: 20 units of 65 k blocks; e4m3 40 units of 56); a whole round before the spread
+# ones (m 4800, n 1024: 76 units of 44 k blocks, e4m3 152 of 48, the gated epilogue 76 of 44);
+# block scales' 128 x 128 tiles under one round (72 units of 48) and over one (162 of 32).
+STREAM_K = [
+    ("gemm", 1000, 1032, 4104, {"num_splits": 1}),
+    ("gemm", 1000, 1032, 4104, {"num_splits": 1, "out_dtype": "float32", "bias": "a"}),
+    ("gemm", 4800, 1024, 2800, {"bias": "float32"}),
+    ("gated", 4800, 512, 2800, {"bias": "float32"}),
+    ("fp8", 1000, 1040, 7168, {"num_splits": 1, "a_scale": "row", "b_scale": "tensor"}),
+    ("fp8", 4800, 1024, 6144, {"a_scale": "row", "b_scale": "row", "bias": "out"}),
+    ("fp8", 1000, 1040, 6144, {"a_scale": "block", "b_scale": "block", "bias": "out"}),
+    ("fp8", 2300, 1152, 4096, {"a_scale": "block", "b_scale": "block"}),
+]
+
+
+@gpu
+@pytest.mark.parametrize("op,m,n,k,kw", STREAM_K,
+                         ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}-{i}" for i, c in enumerate(STREAM_K)])
+def test_gpu_stream_k(op, m, n, k, kw):
+    seed = seed_of("streamk", op, m, n, k, str(kw))
+    if op == "gemm":
+        case = gemm_case(m, n, k, torch.bfloat16, "cuda", seed, **kw)
+    elif op == "gated":
+        case = gated_case(m, n, k, torch.bfloat16, "cuda", seed, **kw)
+    else:
+        case = fp8_case(m, n, k, "cuda", seed, **kw)
+    first = check(case)
+    assert torch.equal(bits(call(case)), bits(first))  # the pieces summed in a fixed order
+    if torch.cuda.get_device_capability() == (9, 0):  # the plan reserves the stream-K area
+        from xkernels import jit
+        from xkernels.ops import OPS
+
+        name = {"gemm": "gemm", "gated": "gemm_gated", "fp8": "gemm_fp8"}[op]
+        o = OPS[name]
+        attrs = tuple(a.encode(case.attrs.get(a.name, a.default)) for a in o.attrs)
+        shapes = tuple(tuple(t.shape) if t is not None else (0,) for t in case.args())
+        (*_, splits, _), ws = jit.plan(o, 0, shapes, attrs)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        tile = 128 * (128 if kw.get("a_scale") == "block" else 256)
+        assert (splits, ws) == (1, sms * (tile + 2)), (splits, ws)
+
+
 @gpu
 @pytest.mark.parametrize("kernel", ["auto", "sm80", "sm90"])
 @pytest.mark.parametrize("variant", list(GATED_VARIANTS))

@@ -67,7 +67,10 @@ using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
 template <typename T>
 using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, false>,
                                      Sm90Tile<T, 1, 128, 8, false>>;
-using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true>;
+// block scales: the two groups issue their k blocks in turn, so that one group's promotion runs
+// under the other's products (H100, .dev A/B, with stream-K: 8192^3 1359 -> 1283 us, 4096^3
+// 179 -> 171; 16-bit and per-tensor / per-row e4m3 tiles gained nothing from it)
+using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true, 1, true>;
 using Sm90BlockSmall = Sm90Tile<__nv_fp8_e4m3, 1, 128, 8, true>;
 
 enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Mid, kSm90Small };
@@ -154,20 +157,40 @@ inline bool GatedWhole(const Params& p, Kernel kernel) {
   return p.act >= 0 && (IsSm80(kernel) || p.out_type == Elem::kF32);
 }
 
-// Floats of workspace p needs on a device of compute capability major `cc_major` (p.splits set):
-// split-K's partial tiles, and a gated product's where GatedWhole.
-inline int64_t WorkspaceElems(const Params& p, int cc_major) {
-  return WorkspaceElems(p, GatedWhole(p, Choose(p, cc_major)));
+// Floats of the stream-K area that an unsplit call of the 128-row sm90 tiles takes on a device of
+// `sms` SMs, or 0: a partial tile's slot per block (128 x 256 floats, 128 x 128 with block scales)
+// and a 64-bit ready flag per block after them. The launcher decides per call whether the last
+// units are spread (sm90.h, StreamKUnits); the plan reserves the area whenever it may.
+inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
+  if (kernel != Kernel::kSm90Large || p.splits != 1 || p.partials_only || p.k <= 0 ||
+      GatedWhole(p, kernel)) {
+    return 0;
+  }
+  int bm = 0, bn = 0;
+  TileDims(p, kernel, &bm, &bn);
+  return static_cast<int64_t>(sms) * (static_cast<int64_t>(bm) * bn + 2);
 }
 
-// Runs p on `stream` (needs p.workspace of WorkspaceElems(p, cc_major) floats where that is > 0).
-inline cudaError_t Gemm(const Params& p, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0) return cudaSuccess;
-  if (p.m < 0 || p.n < 0 || p.k < 0 || p.splits < 1 || (p.splits > 1 && p.workspace == nullptr)) {
+// Floats of workspace p needs on a device of compute capability major `cc_major` with `sms` SMs
+// (p.splits set): split-K's partial tiles, a gated product's where GatedWhole, or stream-K's.
+inline int64_t WorkspaceElems(const Params& p, int cc_major, int sms) {
+  const Kernel kernel = Choose(p, cc_major);
+  return std::max(WorkspaceElems(p, GatedWhole(p, kernel)), StreamKElems(p, kernel, sms));
+}
+
+// Runs p on `stream` (needs p.workspace of WorkspaceElems(p, cc_major, sms) floats where that is
+// > 0).
+inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
+  if (p_in.m == 0 || p_in.n == 0) return cudaSuccess;
+  if (p_in.m < 0 || p_in.n < 0 || p_in.k < 0 || p_in.splits < 1 ||
+      (p_in.splits > 1 && p_in.workspace == nullptr)) {
     return cudaErrorInvalidValue;
   }
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
+  Params p = p_in;
+  p.stream_k = p.workspace != nullptr &&
+               StreamKElems(p, Choose(p, props.cc_major), props.sm_count) > 0;
   return DispatchOut(p.out_type, [&](auto out) -> cudaError_t {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);

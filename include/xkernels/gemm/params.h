@@ -66,6 +66,13 @@ struct Params {
   // The kernels' fp32 partial tiles into the workspace even unsplit, their sum left to the caller
   // (gemm.h's Gemm, for a gated product on a kernel without the gated epilogue).
   bool partials_only = false;
+  // Stream-K (sm90.h): stream_k, the workspace holds gemm.h's StreamKElems floats, so the sm90
+  // launcher may spread the last work units' k blocks evenly over the grid (sk_units of them, the
+  // launcher's choice), the partial tiles meeting in the workspace; sk_nonce marks this call's
+  // ready flags there (never 0).
+  bool stream_k = false;
+  int32_t sk_units = 0;
+  uint64_t sk_nonce = 0;
 };
 
 // Floats of workspace a call with `splits` needs.

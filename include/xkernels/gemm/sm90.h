@@ -10,13 +10,21 @@
 // batch in flight and releases the previous stage on its `empty` mbarrier. The producer runs ahead
 // into the next unit while the consumers store one, so loads overlap the epilogue.
 //
-// e4m3 scales: per tensor and per row they are linear in the output and applied in the epilogue;
-// per block (1 x 128 of a, 128 x 128 of b) each k block's product is taken into a second set of
-// accumulators and added to the result times its two scales in fp32 (DeepSeek-V3's promotion;
-// kBK is exactly one scale block).
+// e4m3 scales: per tensor and per row they are linear in the output and applied to the
+// accumulators after the main loop; per block (1 x 128 of a, 128 x 128 of b) each k block's
+// product is taken into a second set of accumulators and added to the result times its two scales
+// in fp32 (DeepSeek-V3's promotion; kBK is exactly one scale block), the two consumer groups
+// issuing their k blocks in turn (kOrdered) so that one promotes while the other multiplies.
 //
 // Split-K: a unit with splits > 1 writes its fp32 partial tile (scaled, without bias) to the
 // workspace; SplitKReduce sums them.
+//
+// Stream-K (unsplit calls whose last round would leave SMs idle long enough; StreamKUnits): the
+// last round of units and the rest have their k blocks shared evenly by all the grid's slots;
+// a piece that does not end its tile leaves an fp32 partial tile in the slot's workspace area and
+// raises the slot's flag (this call's nonce), and the piece that ends the tile waits for the
+// flags of the lower slots holding the tile's earlier k blocks, adds their partials (resetting
+// the flags) and runs the epilogue. Work<Tl> says which block runs what.
 //
 // Gated (kAct >= 0, the activation; params.h): a tile's b rows are kBN / 2 gate rows and the
 // kBN / 2 up rows of the same output columns (in a cluster of 2 each block loads one half for
@@ -31,6 +39,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <type_traits>
 
@@ -44,11 +54,14 @@
 namespace xkernels::gemm {
 
 template <typename T_, int kConsumers_, int kBN_, int kStages_, bool kBlockScale_,
-          int kCluster_ = 1>
+          int kCluster_ = 1, bool kOrdered_ = false>
 struct Sm90Tile {
   using T = T_;  // __half, __nv_bfloat16 or __nv_fp8_e4m3
   static constexpr int kConsumers = kConsumers_, kBN = kBN_, kStages = kStages_;
   static constexpr bool kBlockScale = kBlockScale_;
+  // Two consumer groups issue their k blocks' wgmmas in turn (0, 1, 0, 1, ...: named barriers),
+  // so that with block scales one group's promotion runs under the other's products.
+  static constexpr bool kOrdered = kOrdered_ && kConsumers_ == 2;
   // Clusters of kCluster blocks on vertically adjacent tiles (the same columns of the output):
   // each block loads its own a and 1 / kCluster of the b tile they share, multicast to all.
   static constexpr int kCluster = kCluster_;
@@ -73,9 +86,9 @@ struct Sm90Tile {
 
 namespace detail {
 
-// Named barriers of the epilogue (0 is __syncthreads): one per consumer group, and the C buffer's
-// hand-over from one group to the other.
-constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3;
+// Named barriers (0 is __syncthreads): one per consumer group, the C buffer's hand-over from one
+// group to the other, each group's turn to issue (kOrdered), and both groups (stream-K).
+constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3, kBarTurn0 = 5, kBarConsumers = 7;
 
 // Output columns of a tile: kBN, or half of it for a gated product.
 template <class Tl>
@@ -118,6 +131,78 @@ XK_HOST_DEVICE int64_t Sm90Units(const Params& p) {
   return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ((p.n + cols - 1) / cols) * p.splits;
 }
 
+namespace detail {
+
+// The work of cluster slot Slot() of Slots() (the grid's clusters), in order: whole units Slot(),
+// Slot() + Slots(), ... below units - p.sk_units; then (stream-K) its even share of the k blocks of
+// the last p.sk_units units, [lo, hi) of their kb_tile * sk_units, cut at tile edges and taken
+// last piece first. What becomes of a unit's product follows from its k blocks (Mode): a piece
+// that ends its tile after other pieces is the tile's fixup, which adds those pieces, the
+// partials of lower slots (each wrote its one partial as its first stream-K piece, so the wait is
+// short, and a block only waits on lower slots: started before it); a piece that does not end its
+// tile is the slot's one partial. Only the next unit and hi live in registers across the main
+// loop (the consumers' accumulators leave few); the rest is read again from the parameters.
+enum ItemMode { kWhole = 0, kPartial = 1, kFixup = 2 };
+template <class Tl>
+struct Work {
+  int u, hi;  // the next whole unit; the stream-K k blocks left end at hi
+  XK_DEVICE static int Slot() { return static_cast<int>(blockIdx.x) / Tl::kCluster; }
+  XK_DEVICE static int Slots() { return static_cast<int>(gridDim.x) / Tl::kCluster; }
+  XK_DEVICE static int KbTile(const Params& p) { return (p.k + Tl::kBK - 1) / Tl::kBK; }
+  // (the launcher keeps sk_units * kb_tile below 2^31)
+  XK_DEVICE static int64_t Total(const Params& p) {
+    return static_cast<int64_t>(p.sk_units) * KbTile(p);
+  }
+  XK_DEVICE static int Lo(const Params& p) {
+    return static_cast<int>(Total(p) * Slot() / Slots());
+  }
+  XK_DEVICE explicit Work(const Params& p) {
+    u = Slot();
+    hi = static_cast<int>(Total(p) * (Slot() + 1) / Slots());
+  }
+  XK_DEVICE bool Next(const Params& p, int rank, Unit* w) {
+    const int dp_end = static_cast<int>(Sm90Units<Tl>(p)) - p.sk_units;
+    if (u < dp_end) {
+      *w = UnitOf<Tl>(p, u, rank);
+      u += Slots();
+      return true;
+    }
+    const int lo = Lo(p);
+    if (hi <= lo) return false;
+    const int kb_tile = KbTile(p);
+    const int t = (hi - 1) / kb_tile;
+    const int t0 = t * kb_tile;
+    const int f_lo = lo > t0 ? lo : t0;
+    *w = UnitOf<Tl>(p, dp_end + t, rank);
+    w->kb_begin = f_lo - t0;
+    w->kb_count = hi - f_lo;
+    hi = f_lo;
+    return true;
+  }
+  XK_DEVICE static int Mode(const Params& p, const Unit& w) {
+    if (p.sk_units == 0) return kWhole;  // (split-K's ranges are not pieces)
+    const int end = w.kb_begin + w.kb_count;
+    if (end < KbTile(p)) return kPartial;
+    return w.kb_begin > 0 ? kFixup : kWhole;
+  }
+  // A fixup's first slot: the one holding its tile's first k block (hi: the fixup's first)
+  XK_DEVICE int FixupFrom(const Params& p, const Unit& w) const {
+    const int64_t t0 = hi - w.kb_begin;
+    return static_cast<int>(((t0 + 1) * Slots() - 1) / Total(p));
+  }
+};
+
+XK_DEVICE uint64_t LoadAcquire(const uint64_t* ptr) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(ptr) : "memory");
+  return v;
+}
+XK_DEVICE void StoreRelease(uint64_t* ptr, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(ptr), "l"(v) : "memory");
+}
+
+}  // namespace detail
+
 template <class Tl, typename Out, int kAct>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
     Sm90Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -145,10 +230,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 
   constexpr int kCluster = Tl::kCluster;
   const int wg = static_cast<int>(threadIdx.x) / 128;
-  const int units = Sm90Units<Tl>(p);
   const int rank = kCluster > 1 ? static_cast<int>(tma::cluster_rank()) : 0;
-  const int u_first = static_cast<int>(blockIdx.x) / kCluster,
-            u_step = static_cast<int>(gridDim.x) / kCluster;
 
   if (threadIdx.x == 0) {
     tma::prefetch_map(&map_a);
@@ -172,8 +254,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      for (int u = u_first; u < units; u += u_step) {
-        const detail::Unit w = detail::UnitOf<Tl>(p, u, rank);
+      detail::Unit w;
+      for (detail::Work<Tl> work(p); work.Next(p, rank, &w);) {
         for (int kb = 0; kb < w.kb_count; ++kb) {
           tma::mbar_wait(empty0 + 8 * stage, phase ^ 1);  // a fresh barrier passes parity 1
           const uint32_t full = full0 + 8 * stage;
@@ -223,14 +305,39 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     int stage = 0, done = 0;  // done: tiles stored through the C buffer
     uint32_t phase = 0;
     float acc[kAcc];  // (n8 block j: rows g, g + 8 x columns 2c, 2c + 1)
+    // kOrdered: each group waits for its turn before it issues a k block's wgmmas and hands the
+    // turn over after; group 0 takes the first turn without waiting (and the last hand-over back
+    // after the loop, so that every arrival is met)
+    bool issued = false;
+    auto take_turn = [&] {
+      if constexpr (Tl::kOrdered) {
+        if (cw == 1 || issued) tma::named_sync(detail::kBarTurn0 + cw, 256);
+        issued = true;
+      }
+    };
+    auto pass_turn = [&] {
+      if constexpr (Tl::kOrdered) tma::named_arrive(detail::kBarTurn0 + (1 - cw), 256);
+    };
+    // stream-K: the partial-tile slot of cluster slot s (kAcc floats per consumer thread, as
+    // float4 runs thread-interleaved) and its ready flag, after the grid's slots in the workspace
+    constexpr int kSlotFloats = Tl::kBM * kBN;
+    auto slot_of = [&](int s) {
+      return p.workspace + static_cast<int64_t>(s * kCluster + rank) * kSlotFloats;
+    };
+    auto flag_of = [&](int s) {
+      return reinterpret_cast<uint64_t*>(p.workspace +
+                                         static_cast<int64_t>(gridDim.x) * kSlotFloats) +
+             s * kCluster + rank;
+    };
 
-    for (int u = u_first; u < units; u += u_step) {
-      const detail::Unit w = detail::UnitOf<Tl>(p, u, rank);
+    detail::Unit w;
+    for (detail::Work<Tl> work(p); work.Next(p, rank, &w);) {
       const int row0 = w.tm * Tl::kBM + 64 * cw + 16 * warp + g;  // and row0 + 8
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
       // e4m3 per-tensor / per-row scales of this thread's rows and columns, loaded now so that
-      // the epilogue does not wait for them (1 for 16-bit operands and block scales)
+      // the epilogue does not wait for them (1 for 16-bit operands and block scales; loaded in
+      // the epilogue, behind its stores, they cost e4m3 8192^3 12-15%)
       constexpr bool kEpilogueScales = sizeof(T) == 1 && !Tl::kBlockScale;
       float sa0 = 1.f, sa1 = 1.f;
       float sbv[kEpilogueScales ? kBN / 4 : 1];  // (n8 block j, column 2c + e)
@@ -251,6 +358,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           tma::mbar_wait(full0 + 8 * stage, phase);
           const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
           const uint32_t sb = s_base + stage * Tl::kStageBytes + Tl::kABytes;
+          take_turn();
           wgmma::fence_operands(acc);
           wgmma::fence();
 #pragma unroll
@@ -259,6 +367,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
                                1);
           }
           wgmma::commit();
+          pass_turn();
           wgmma::wait<1>();  // the previous k block's batch is done: its stage is free
           wgmma::fence_operands(acc);
           if (prev >= 0) release(prev);
@@ -287,6 +396,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           tma::mbar_wait(full0 + 8 * stage, phase);
           const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
           const uint32_t sbm = s_base + stage * Tl::kStageBytes + Tl::kABytes;
+          take_turn();
           wgmma::fence_operands(part);
           wgmma::fence();
 #pragma unroll
@@ -295,6 +405,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
                                wgmma::desc_sw128(sbm + 32 * s), s > 0 ? 1u : 0u);
           }
           wgmma::commit();
+          pass_turn();
           wgmma::wait<0>();
           wgmma::fence_operands(part);
           release(stage);
@@ -311,15 +422,63 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         }
       }
 
-      // ---- epilogue: scales (per tensor / row), bias, rounding; or the fp32 partial tile
+      // e4m3 per-tensor / per-row scales applied now (linear in the product: stream-K's pieces
+      // are summed scaled), so that b's 64 are not held through the epilogue
+      if constexpr (kEpilogueScales) {
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          acc[4 * j + 0] *= sa0 * sbv[2 * j];
+          acc[4 * j + 1] *= sa0 * sbv[2 * j + 1];
+          acc[4 * j + 2] *= sa1 * sbv[2 * j];
+          acc[4 * j + 3] *= sa1 * sbv[2 * j + 1];
+        }
+      }
+
+      // ---- stream-K: a partial tile into this block's slot, its flag raised once every consumer
+      // thread's stores are done; or the lower slots' partial tiles added once theirs are
+      const int ct = static_cast<int>(threadIdx.x) - 128;  // 0 .. 128 kConsumers - 1
+      const int mode = detail::Work<Tl>::Mode(p, w);
+      if (mode == detail::kPartial) {
+        const int slot = detail::Work<Tl>::Slot();
+        float* dst = slot_of(slot);
+#pragma unroll
+        for (int q = 0; q < kAcc / 4; ++q) {
+          __stcg(reinterpret_cast<float4*>(dst) + q * 128 * Tl::kConsumers + ct,
+                 make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
+        }
+        tma::named_sync(detail::kBarConsumers, 128 * Tl::kConsumers);
+        if (ct == 0) {
+          __threadfence();
+          detail::StoreRelease(flag_of(slot), p.sk_nonce);
+        }
+        continue;
+      }
+      if (mode == detail::kFixup) {
+        const int slot = detail::Work<Tl>::Slot(), from = work.FixupFrom(p, w);
+        if (ct == 0) {
+          for (int s = from; s < slot; ++s) {
+            uint64_t* f = flag_of(s);
+            while (detail::LoadAcquire(f) != p.sk_nonce) __nanosleep(64);
+            *f = 0;  // read once, by this block: ready for the next call
+          }
+        }
+        tma::named_sync(detail::kBarConsumers, 128 * Tl::kConsumers);
+        for (int s = from; s < slot; ++s) {
+          const float* src = slot_of(s);
+#pragma unroll
+          for (int q = 0; q < kAcc / 4; ++q) {
+            const float4 v =
+                __ldcg(reinterpret_cast<const float4*>(src) + q * 128 * Tl::kConsumers + ct);
+            acc[4 * q] += v.x, acc[4 * q + 1] += v.y, acc[4 * q + 2] += v.z, acc[4 * q + 3] += v.w;
+          }
+        }
+      }
+
+      // ---- epilogue: bias, rounding; or the fp32 partial tile
       const bool partial = p.splits > 1 || p.partials_only;
       // the value of accumulator pair (j, h) with scales and bias
       auto value = [&](int j, int h, float2 bias) {
-        const float f = h ? sa1 : sa0;
-        float sb0 = 1.f, sb1 = 1.f;
-        if constexpr (kEpilogueScales) sb0 = sbv[2 * j], sb1 = sbv[2 * j + 1];
-        return make_float2(acc[4 * j + 2 * h] * (f * sb0) + bias.x,
-                           acc[4 * j + 2 * h + 1] * (f * sb1) + bias.y);
+        return make_float2(acc[4 * j + 2 * h] + bias.x, acc[4 * j + 2 * h + 1] + bias.y);
       };
       // the output pair (j, h) of a tile: value, or act(gate) * up with the biases bg and bu
       auto result = [&](int j, int h, float2 bg, float2 bu) {
@@ -412,6 +571,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         }
       }
     }
+    if constexpr (Tl::kOrdered) {
+      if (cw == 0 && issued) tma::named_sync(detail::kBarTurn0, 256);  // group 1's last hand-over
+    }
     // the last hand-over of the C buffer, and the last stores out of it
     if constexpr (Tl::kConsumers == 2) {
       if (cw == 0 && done > 0) tma::named_sync(detail::kBarFreeFor0, 160);
@@ -430,13 +592,52 @@ cudaError_t PreparedSm90(void (**kernel)(CUtensorMap, CUtensorMap, CUtensorMap, 
   return SmemOptIn<Sm90Kernel<Tl, Out, kAct>>(Tl::kSmemBytes, kernel);
 }
 
+// Stream-K's units for `units` work units of kb_tile k blocks on `slots` clusters, with partial
+// tiles of tile_floats: 0 (whole tiles only), or the last full round and the rest (all units
+// when under one round), whose k blocks the slots then share evenly. Whole tiles leave the last
+// round's idle slots idle, (1 - rest / slots) x kb_tile k blocks of time; stream-K costs every slot
+// a partial tile written and read back (128 KB for 128 x 256 tiles, all slots at once, with the
+// pieces' loads spread over more of k than the L2 holds for whole tiles). Measured on the H100
+// (.dev A/B, bf16 and e4m3): the idle time has to pass about 34 k blocks for 128 x 256 tiles
+// (~30 us) before stream-K wins (bf16 8192^3 -2%, 62 k blocks idle; 4096^3 +5%, 8; 8192 x 4096 x
+// 4096 +0.3%, 16; 16384 x 8192 x 2048 0%, 31; e4m3 per row 8192^3 0%, 31), and about half as many
+// for the block-scaled 128 x 128 tiles (8192^3 -3%, 62; 4096^3 +1%, 8). Long k loses anyway
+// (bf16 8192 x 4096 x 14336 +1.6% with 54 k blocks idle: the slots' pieces start at scattered
+// k, so the tiles running at once no longer share their k-slices in the L2), so tiles of more
+// than 128 k blocks keep whole units.
+inline int32_t StreamKUnits(int64_t units, int slots, int64_t kb_tile, int64_t tile_floats) {
+  if (slots < 2 || units < 2 || kb_tile > 128) return 0;
+  const int64_t rounds = units / slots, rest = units % slots;
+  if (rest == 0) return 0;
+  const double idle_kb = (1.0 - static_cast<double>(rest) / slots) * static_cast<double>(kb_tile);
+  if (idle_kb < 34.0 * static_cast<double>(tile_floats) / (128 * 256)) return 0;
+  const int64_t sk = rounds >= 1 ? slots + rest : units;
+  if (sk * kb_tile < 2 * static_cast<int64_t>(slots)) return 0;  // at least 2 k blocks a slot
+  if (sk * kb_tile >= (int64_t{1} << 31)) return 0;                  // int k-block indices
+  return static_cast<int32_t>(sk);
+}
+
+// A fresh non-zero mark for a call's stream-K flags (a call's fixups reset every flag it raised,
+// so a flag holding another value, or stale memory, never reads as ready).
+inline uint64_t NextStreamKNonce() {
+  static std::atomic<uint64_t> counter{static_cast<uint64_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count())};
+  uint64_t z = counter.fetch_add(0x9E3779B97F4A7C15ull) + 0x9E3779B97F4A7C15ull;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z != 0 ? z : 1;
+}
+
 namespace detail {
 
 template <class Tl, typename Out, int kAct>
-cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+cudaError_t LaunchSm90(const Params& p_in, cudaStream_t stream, const DeviceProps& props) {
   constexpr bool kGated = kAct >= 0;
   using T = typename Tl::T;
   if (Tl::kSmemBytes > props.smem_optin) return cudaErrorInvalidConfiguration;
+  Params p = p_in;
+  p.sk_units = 0, p.sk_nonce = 0;
   const int64_t units = Sm90Units<Tl>(p);
   if (units > 0x7fffffff || p.splits < 1 || p.splits > 65535) {
     return cudaErrorInvalidConfiguration;
@@ -474,7 +675,13 @@ cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& 
       return cudaOccupancyMaxActiveClusters(fit, kernel, &one.cfg);
     })));
   }
-  const dim3 grid(static_cast<unsigned>((units < slots ? units : slots) * Tl::kCluster));
+  // stream-K where the workspace allows it (16-byte aligned: float4 slots) and it pays
+  if (p.stream_k && p.splits == 1 && !p.partials_only && is_aligned(p.workspace, 16)) {
+    p.sk_units = StreamKUnits(units, slots, (p.k + Tl::kBK - 1) / Tl::kBK, Tl::kBM * Tl::kBN);
+    if (p.sk_units > 0) p.sk_nonce = NextStreamKNonce();
+  }
+  const int64_t blocks = p.sk_units > 0 ? slots : (units < slots ? units : slots);
+  const dim3 grid(static_cast<unsigned>(blocks * Tl::kCluster));
   {
     const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, Tl::kCluster, UsePDL(props),
                           Tl::kSmemBytes);
