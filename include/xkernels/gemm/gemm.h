@@ -189,8 +189,8 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
   Params p = p_in;
-  p.stream_k = p.workspace != nullptr &&
-               StreamKElems(p, Choose(p, props.cc_major), props.sm_count) > 0;
+  p.stream_k =
+      p.workspace != nullptr && StreamKElems(p, Choose(p, props.cc_major), props.sm_count) > 0;
   return DispatchOut(p.out_type, [&](auto out) -> cudaError_t {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);

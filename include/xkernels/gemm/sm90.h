@@ -153,9 +153,7 @@ struct Work {
   XK_DEVICE static int64_t Total(const Params& p) {
     return static_cast<int64_t>(p.sk_units) * KbTile(p);
   }
-  XK_DEVICE static int Lo(const Params& p) {
-    return static_cast<int>(Total(p) * Slot() / Slots());
-  }
+  XK_DEVICE static int Lo(const Params& p) { return static_cast<int>(Total(p) * Slot() / Slots()); }
   XK_DEVICE explicit Work(const Params& p) {
     u = Slot();
     hi = static_cast<int>(Total(p) * (Slot() + 1) / Slots());
@@ -560,8 +558,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           const int row = row0 + 8 * h;
           if (row >= p.m) continue;
           if (partial) {
-            float* dst = p.workspace +
-                         (static_cast<int64_t>(w.split) * p.m + row) * kWidth * p.n + col;
+            float* dst =
+                p.workspace + (static_cast<int64_t>(w.split) * p.m + row) * kWidth * p.n + col;
             *reinterpret_cast<float2*>(dst) = value(j, h, bg);
             if constexpr (kGated) *reinterpret_cast<float2*>(dst + p.n) = value(j + kUp, h, bu);
           } else {
@@ -613,15 +611,15 @@ inline int32_t StreamKUnits(int64_t units, int slots, int64_t kb_tile, int64_t t
   if (idle_kb < 34.0 * static_cast<double>(tile_floats) / (128 * 256)) return 0;
   const int64_t sk = rounds >= 1 ? slots + rest : units;
   if (sk * kb_tile < 2 * static_cast<int64_t>(slots)) return 0;  // at least 2 k blocks a slot
-  if (sk * kb_tile >= (int64_t{1} << 31)) return 0;                  // int k-block indices
+  if (sk * kb_tile >= (int64_t{1} << 31)) return 0;              // int k-block indices
   return static_cast<int32_t>(sk);
 }
 
 // A fresh non-zero mark for a call's stream-K flags (a call's fixups reset every flag it raised,
 // so a flag holding another value, or stale memory, never reads as ready).
 inline uint64_t NextStreamKNonce() {
-  static std::atomic<uint64_t> counter{static_cast<uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count())};
+  static std::atomic<uint64_t> counter{
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
   uint64_t z = counter.fetch_add(0x9E3779B97F4A7C15ull) + 0x9E3779B97F4A7C15ull;  // splitmix64
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

@@ -1,0 +1,195 @@
+// Same-process A/B timing of GEMM versions (include/xkernels/gemm/): for each shape, every variant
+// in turn, 9 rounds of CUDA events around a run of calls, the variants' order rotating by round so
+// that clock and power drift falls on all of them alike; medians, and each variant's time over the
+// first's. How the stream-K rule and the block-scale turns were measured (benchmarks/README.md,
+// GEMM kernel versions). Variants: "dp" whole tiles only (no workspace), "sk" as dispatched, then
+// tile variants called directly. AB_SET=fp8: the e4m3 shapes only.
+//
+//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
+//       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "probe.h"
+#include "xkernels/gemm/gemm.h"
+using namespace xkernels;
+using gemm::Elem;
+using gemm::Params;
+using gemm::Scale;
+// bytes of small finite values (a bf16's high byte or an e4m3), from ProbeHash
+__global__ void FillB(uint8_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint64_t h = ProbeHash(seed, i);
+    p[i] = static_cast<uint8_t>((h & 0x3f) | ((h >> 8) & 0x80));
+  }
+}
+__global__ void FillF(float* p, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = 0.01f + 1e-6f * (i % 97);
+}
+using L = std::function<cudaError_t(Params)>;
+int main() {
+  DeviceProps props;
+  CHECK(GetDeviceProps(&props));
+  using B16 = __nv_bfloat16;
+  using F8 = __nv_fp8_e4m3;
+  struct S {
+    int m, n, k;
+    Elem in;
+    Scale sc;
+    int act = -1;
+  };
+  std::vector<S> shapes = {
+      {8192, 8192, 8192, Elem::kBF16, Scale::kNone},
+      {4096, 4096, 4096, Elem::kBF16, Scale::kNone},
+      {16384, 8192, 2048, Elem::kBF16, Scale::kNone},
+      {8192, 4096, 4096, Elem::kBF16, Scale::kNone},
+      {8192, 6144, 4096, Elem::kBF16, Scale::kNone},
+      {8192, 4096, 14336, Elem::kBF16, Scale::kNone},
+      {2048, 4096, 4096, Elem::kBF16, Scale::kNone},
+      {1024, 4096, 4096, Elem::kBF16, Scale::kNone},
+      {8192, 8192, 8192, Elem::kE4M3, Scale::kTensor},
+      {8192, 8192, 8192, Elem::kE4M3, Scale::kRow},
+      {8192, 8192, 8192, Elem::kE4M3, Scale::kBlock},
+      {4096, 4096, 4096, Elem::kE4M3, Scale::kRow},
+      {4096, 4096, 4096, Elem::kE4M3, Scale::kBlock},
+      {8192, 4096, 4096, Elem::kE4M3, Scale::kRow},
+      {8192, 14336, 4096, Elem::kBF16, Scale::kNone, 0},
+      {4096, 14336, 4096, Elem::kBF16, Scale::kNone, 0},
+  };
+  float* ws;
+  const int64_t wsn = (int64_t)props.sm_count * (128 * 256 + 2);
+  CHECK(cudaMalloc(&ws, wsn * 4));
+  CHECK(cudaMemset(ws, 0, wsn * 4));
+  const char* set = std::getenv("AB_SET");
+  for (const S& s : shapes) {
+    if (set && std::string(set) == "fp8" && s.in != Elem::kE4M3) continue;
+    const int eb = s.in == Elem::kE4M3 ? 1 : 2;
+    uint8_t *a, *b;
+    void* out;
+    float *sa, *sb;
+    CHECK(cudaMalloc(&a, (int64_t)s.m * s.k * eb));
+    CHECK(cudaMalloc(&b, (int64_t)s.n * (s.act >= 0 ? 2 : 1) * s.k * eb));
+    CHECK(cudaMalloc(&out, (int64_t)s.m * s.n * 2));
+    FillB<<<1024, 256>>>(a, (int64_t)s.m * s.k * eb, 1);
+    FillB<<<1024, 256>>>(b, (int64_t)s.n * (s.act >= 0 ? 2 : 1) * s.k * eb, 2);
+    const int kb = (s.k + 127) / 128;
+    const int64_t nsa = (int64_t)s.m * kb, nsb = (int64_t)std::max(s.n, s.m) * kb;
+    CHECK(cudaMalloc(&sa, nsa * 4));
+    CHECK(cudaMalloc(&sb, nsb * 4));
+    FillF<<<256, 256>>>(sa, nsa);
+    FillF<<<256, 256>>>(sb, nsb);
+    Params p;
+    p.a = a;
+    p.b = b;
+    p.out = out;
+    p.lda = s.k;
+    p.ldb = s.k;
+    p.ldc = s.n;
+    p.m = s.m;
+    p.n = s.n;
+    p.k = s.k;
+    p.in_type = s.in;
+    p.out_type = Elem::kBF16;
+    if (s.sc != Scale::kNone) {
+      p.a_scale = sa;
+      p.b_scale = sb;
+      p.a_scale_kind = p.b_scale_kind = s.sc;
+      p.a_scale_ld = p.b_scale_ld = kb;
+    }
+    p.splits = 1;
+    p.act = s.act;
+    std::vector<std::pair<std::string, L>> vs;
+    vs.push_back({"dp", [](Params q) {
+                    q.workspace = nullptr;
+                    return gemm::Gemm(q, 0);
+                  }});
+    vs.push_back({"sk", [ws](Params q) {
+                    q.workspace = ws;
+                    return gemm::Gemm(q, 0);
+                  }});
+    if (s.act >= 0) {
+    } else if (s.in == Elem::kBF16) {
+      vs.push_back({"sk+ord", [ws, &props](Params q) {
+                      q.workspace = ws;
+                      q.stream_k = true;
+                      return gemm::LaunchSm90<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>, B16>(
+                          q, 0, props);
+                    }});
+    } else if (s.sc == Scale::kBlock) {
+      vs.push_back({"c2+ord", [ws, &props](Params q) {
+                      q.workspace = ws;
+                      q.stream_k = true;
+                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 2, true>, B16>(
+                          q, 0, props);
+                    }});
+      vs.push_back({"c2", [ws, &props](Params q) {
+                      q.workspace = ws;
+                      q.stream_k = true;
+                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 2, false>, B16>(
+                          q, 0, props);
+                    }});
+    } else {
+      vs.push_back({"c2", [ws, &props](Params q) {
+                      q.workspace = ws;
+                      q.stream_k = true;
+                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 256, 4, false, 2, false>, B16>(
+                          q, 0, props);
+                    }});
+    }
+    const double flop = 2.0 * s.m * s.n * s.k;
+    const int reps = std::max(3, std::min(50, (int)(2e13 / flop)));
+    std::vector<std::vector<float>> t(vs.size());
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (auto& v : vs) {
+      CHECK(v.second(p));
+    }
+    CHECK(cudaDeviceSynchronize());
+    for (int r = 0; r < 9; ++r) {
+      for (size_t i0 = 0; i0 < vs.size(); ++i0) {
+        const size_t i = (i0 + r) % vs.size();
+        CHECK(vs[i].second(p));
+        CHECK(cudaEventRecord(e0));
+        for (int q = 0; q < reps; ++q) CHECK(vs[i].second(p));
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        t[i].push_back(ms * 1000 / reps);
+      }
+    }
+    const char* sc = s.sc == Scale::kNone     ? ""
+                     : s.sc == Scale::kTensor ? " tensor"
+                     : s.sc == Scale::kRow    ? " row"
+                                              : " block";
+    printf("%-5s%-7s %5dx%5dx%5d", s.in == Elem::kE4M3 ? "e4m3" : "bf16",
+           s.act >= 0 ? " gated" : sc, s.m, s.n, s.k);
+    double base = 0;
+    for (size_t i = 0; i < vs.size(); ++i) {
+      std::sort(t[i].begin(), t[i].end());
+      const double med = t[i][t[i].size() / 2];
+      if (i == 0) base = med;
+      printf("  %s %8.1f us %6.0f TF (%.3f)", vs[i].first.c_str(), med, flop / med * 1e-6,
+             med / base);
+    }
+    printf("\n");
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(out);
+    cudaFree(sa);
+    cudaFree(sb);
+  }
+  CHECK(cudaGetLastError());
+  return 0;
+}
