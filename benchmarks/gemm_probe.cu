@@ -271,6 +271,14 @@ int main(int argc, char** argv) {
   checks.push_back({2048, 2048, 2048, Elem::kBF16, Elem::kBF16, P::kSm90, Scale::kNone, false, 0});
   checks.push_back({2048, 2048, 2048, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, false, 0});
   checks.push_back({5, 8, 0, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, true, 0});
+  // the GEMV kernel (m <= 4, kernel left to the dispatcher): k off its unrolled step, a's pitch
+  for (Elem in : {Elem::kBF16, Elem::kF16}) {
+    for (int m : {1, 2, 3, 4}) {
+      checks.push_back({m, 200, 1000, in, in, P::kAuto, Scale::kNone, m % 2 == 1, 0});
+      checks.push_back({m, 1032, 4104, in, Elem::kF32, P::kAuto, Scale::kNone, true, 0,
+                        gemm::BLayout::kNK, 16});
+    }
+  }
   // stream-K (sm90.h, StreamKUnits): unsplit, fewer units than SMs (tiles over 3-4 blocks each),
   // and a whole round before the spread units (the shapes of tests/test_gemm.py's STREAM_K)
   for (Elem in : {Elem::kBF16, Elem::kF16}) {
@@ -303,10 +311,13 @@ int main(int argc, char** argv) {
       {8192, 8192, 8192, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kRow, false, 1},
       {8192, 8192, 8192, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kBlock, false, 1},
   };
-  for (int m : {1, 16, 64}) {
+  for (int m : {1, 4, 16, 64}) {
     for (int k : {8192, 28672}) {
       timed.push_back({m, 8192, k, Elem::kBF16, Elem::kBF16, P::kAuto, Scale::kNone, false, 0});
       timed.push_back({m, 8192, k, Elem::kBF16, Elem::kBF16, P::kSm80, Scale::kNone, false, 0});
+      if (m <= gemm::kGemvMaxRows) {  // the wgmma tiles that m <= 4 took before the GEMV kernel
+        timed.push_back({m, 8192, k, Elem::kBF16, Elem::kBF16, P::kSm90, Scale::kNone, false, 0});
+      }
       timed.push_back({m, 8192, k, Elem::kE4M3, Elem::kBF16, P::kAuto, Scale::kRow, false, 0});
     }
   }

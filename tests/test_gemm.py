@@ -563,7 +563,25 @@ def test_gpu_gemm_split_k(m, n, k, num_splits, kernel):
         attrs = tuple(a.encode(case.attrs[a.name]) for a in op.attrs)
         shapes = ((m, k), (n, k), (n,))
         (_, _, splits, _), ws = jit.plan(op, 0, shapes, attrs)
-        assert splits > 1 and ws == splits * m * n, (splits, ws)  # the planner split it
+        if kernel == "auto":  # m 1 takes the GEMV kernel (gemv.h): one pass over b, no split
+            assert (splits, ws) == (1, 0), (splits, ws)
+        else:
+            assert splits > 1 and ws == splits * m * n, (splits, ws)  # the planner split it
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize("variant", ["plain", "bias-f32", "out-f32-bias", "lead-strided-out-f32"])
+def test_gpu_gemv(m, dtype, variant):
+    """One row of a with the kernel left to the dispatcher takes the GEMV kernel (gemv.h), 2 and 4
+    the wgmma tiles beside it: k not a multiple of its 4 x 256 x 8 unrolled step (k 1000 and
+    4104: the tail loop), strided a rows and outputs (lead: 2 x m rows); gated at m 1 and 2."""
+    kw = GEMM_VARIANTS[variant]
+    for n, k in ((200, 1000), (1032, 4104)):
+        check(gemm_case(m, n, k, dtype, "cuda", seed_of("gemv", m, dtype, variant, n, k), **kw))
+    if variant == "plain" and m in (1, 2):
+        check(gated_case(m, 520, 1000, dtype, "cuda", seed_of("gemvg", m, dtype), bias="float32"))
 
 
 # Stream-K (sm90.h): an unsplit call of the 128-row sm90 tiles whose last round would leave

@@ -1060,6 +1060,7 @@ class Context:
     copy_gbps: float | None = None
     xkernels_failed: list[str] = field(default_factory=list)
     compile_timeout: float | None = None  # gemm family: s per case for torch.compile (0: skip)
+    case_filter: list[str] = field(default_factory=list)  # gemm family: --cases (regexes)
     # bench --sweep (bench_sweep.py): SWEEP_MIN_MS of samples, graphs of SWEEP_REPLAY_MS, fewer
     # sets where every set fits in the L2 anyway, torch.compile with dynamic rows
     sweep: bool = False
@@ -1493,6 +1494,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="gemm family: abandon a torch.compile (max-autotune) that takes more than "
                         "S seconds in a case, its row says so (default 120); 0 skips "
                         "torch.compile there")
+    p.add_argument("--cases", metavar="REGEX,...",
+                   help="gemm family: only the cases whose name one of these regular expressions "
+                        "finds (re.search; e.g. '^float16,x8192x8192 rowwise'; names as in the "
+                        "results' `case`: 'float16' alone also finds 'bfloat16')")
     return p
 
 
@@ -1578,7 +1583,8 @@ def main(argv: list[str] | None = None) -> int:
     explicit = args.impls != ",".join(IMPL_GROUPS)
     ctx = Context(gpu=gpu, dtype_name=args.dtype, quick=args.quick, groups=set(groups),
                   versions=versions(), date=datetime.date.today().isoformat(),
-                  compile_timeout=args.compile_timeout)
+                  compile_timeout=args.compile_timeout,
+                  case_filter=[c.strip() for c in (args.cases or "").split(",") if c.strip()])
     if gpu:
         props = torch.cuda.get_device_properties(0)
         ctx.device = torch.cuda.get_device_name(0)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
+import re
 import signal
 import sys
 import threading
@@ -848,7 +849,12 @@ def run_family(ctx: bench.Context, quick: bool, emit: Callable[[dict], None]) ->
         print("[gemm] host path (CPU tensors, small shapes; not GPU numbers): xkernels and the "
               "torch composites; torch._scaled_mm and FlashInfer are CUDA only",
               file=sys.stderr, flush=True)
-    for case in select_cases(quick, ctx.gpu):
+    cases = select_cases(quick, ctx.gpu)
+    if ctx.case_filter:
+        cases = [c for c in cases if any(re.search(f, c.label) for f in ctx.case_filter)]
+        if not cases:
+            print(f"[gemm] --cases {','.join(ctx.case_filter)} selects no case", file=sys.stderr)
+    for case in cases:
         try:
             run_case(case, ctx, emit)
         except Exception as e:  # noqa: BLE001 (inputs or reference: report, go on)

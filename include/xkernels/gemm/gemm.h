@@ -17,6 +17,7 @@
 
 #include "xkernels/common.h"
 #include "xkernels/gemm/epilogue.h"
+#include "xkernels/gemm/gemv.h"
 #include "xkernels/gemm/params.h"
 #include "xkernels/gemm/sm80.h"
 #include "xkernels/gemm/sm90.h"
@@ -124,6 +125,9 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return cudaSuccess;
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
+  Params one = p;
+  one.splits = 1;
+  if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major);
   int bm = 0, bn = 0;
   TileDims(p, kernel, &bm, &bn);
@@ -174,6 +178,7 @@ inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
 // Floats of workspace p needs on a device of compute capability major `cc_major` with `sms` SMs
 // (p.splits set): split-K's partial tiles, a gated product's where GatedWhole, or stream-K's.
 inline int64_t WorkspaceElems(const Params& p, int cc_major, int sms) {
+  if (UseGemv(p, cc_major)) return 0;
   const Kernel kernel = Choose(p, cc_major);
   return std::max(WorkspaceElems(p, GatedWhole(p, kernel)), StreamKElems(p, kernel, sms));
 }
@@ -194,6 +199,12 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
   return DispatchOut(p.out_type, [&](auto out) -> cudaError_t {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
+    if (UseGemv(p, props.cc_major)) {
+      if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, __half> ||
+                    std::is_same_v<Out, __nv_bfloat16>) {
+        return LaunchGemv<Out>(p, stream, props);
+      }
+    }
     const Kernel kernel = Choose(p, props.cc_major);
     // a gated product taken whole: its 2n columns into the workspace as a plain product, then
     // the reduce sums and gates them
