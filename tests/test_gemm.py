@@ -532,6 +532,17 @@ def test_host_errors_name_the_argument(fw, op, build, exc, msg):
 GPU_NK, GPU_NK8 = (200, 328), (208, 336)
 
 
+def plan_of(case, device_id=0):
+    """(num_splits, workspace floats) that the op's planner gives `case` on `device_id`."""
+    from xkernels import jit
+
+    op = case.spec
+    attrs = tuple(a.encode(case.attrs.get(a.name, a.default)) for a in op.attrs)
+    shapes = tuple(tuple(t.shape) if t is not None else (0,) for t in case.args())
+    (*_, splits, _), ws = jit.plan(op, device_id, shapes, attrs)
+    return splits, ws
+
+
 @gpu
 @pytest.mark.parametrize("kernel", ["auto", "sm80", "sm90"])
 @pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
@@ -556,13 +567,7 @@ def test_gpu_gemm_split_k(m, n, k, num_splits, kernel):
                      bias="float32", num_splits=num_splits, kernel=kernel)
     check(case)
     if num_splits == 0 and m == 1:  # one row of 2 output tiles over k 8192: any planner splits
-        from xkernels import jit
-        from xkernels.ops import OPS
-
-        op = OPS["gemm"]
-        attrs = tuple(a.encode(case.attrs[a.name]) for a in op.attrs)
-        shapes = ((m, k), (n, k), (n,))
-        (_, _, splits, _), ws = jit.plan(op, 0, shapes, attrs)
+        splits, ws = plan_of(case)
         if kernel == "auto":  # m 1 takes the GEMV kernel (gemv.h): one pass over b, no split
             assert (splits, ws) == (1, 0), (splits, ws)
         else:
@@ -618,14 +623,7 @@ def test_gpu_stream_k(op, m, n, k, kw):
     first = check(case)
     assert torch.equal(bits(call(case)), bits(first))  # the pieces summed in a fixed order
     if torch.cuda.get_device_capability() == (9, 0):  # the plan reserves the stream-K area
-        from xkernels import jit
-        from xkernels.ops import OPS
-
-        name = {"gemm": "gemm", "gated": "gemm_gated", "fp8": "gemm_fp8"}[op]
-        o = OPS[name]
-        attrs = tuple(a.encode(case.attrs.get(a.name, a.default)) for a in o.attrs)
-        shapes = tuple(tuple(t.shape) if t is not None else (0,) for t in case.args())
-        (*_, splits, _), ws = jit.plan(o, 0, shapes, attrs)
+        splits, ws = plan_of(case)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         tile = 128 * (128 if kw.get("a_scale") == "block" else 256)
         assert (splits, ws) == (1, sms * (tile + 2)), (splits, ws)
