@@ -199,12 +199,7 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
   return DispatchOut(p.out_type, [&](auto out) -> cudaError_t {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
-    if (UseGemv(p, props.cc_major)) {
-      if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, __half> ||
-                    std::is_same_v<Out, __nv_bfloat16>) {
-        return LaunchGemv<Out>(p, stream, props);
-      }
-    }
+    if (UseGemv(p, props.cc_major)) return LaunchGemv<Out>(p, stream, props);
     const Kernel kernel = Choose(p, props.cc_major);
     // a gated product taken whole: its 2n columns into the workspace as a plain product, then
     // the reduce sums and gates them
