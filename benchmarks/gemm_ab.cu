@@ -3,7 +3,8 @@
 // that clock and power drift falls on all of them alike; medians, and each variant's time over the
 // first's. How the stream-K rule and the block-scale turns were measured (benchmarks/README.md,
 // GEMM kernel versions). Variants: "dp" whole tiles only (no workspace), "sk" as dispatched, then
-// tile variants called directly. AB_SET=fp8: the e4m3 shapes only.
+// tile variants called directly; each variant's output (NaN-poisoned before) against the first's, the
+// largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +37,17 @@ __global__ void FillF(float* p, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     p[i] = 0.01f + 1e-6f * (i % 97);
+}
+// max over i of |x - y| / (|y| + 1), as the bits of a non-negative float
+__global__ void MaxDiff(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n, unsigned* r) {
+  float d = 0.f;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float a = __bfloat162float(x[i]), b = __bfloat162float(y[i]);
+    d = fmaxf(d, a == b ? 0.f : fabsf(a - b) / (fabsf(b) + 1.f));
+    if (a != a) d = 1e30f;
+  }
+  atomicMax(r, __float_as_uint(d));
 }
 using L = std::function<cudaError_t(Params)>;
 int main() {
@@ -126,16 +139,16 @@ int main() {
                           q, 0, props);
                     }});
     } else if (s.sc == Scale::kBlock) {
-      vs.push_back({"c2+ord", [ws, &props](Params q) {
+      vs.push_back({"b128+ord", [ws, &props](Params q) {
                       q.workspace = ws;
                       q.stream_k = true;
-                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 2, true>, B16>(
+                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 1, true>, B16>(
                           q, 0, props);
                     }});
-      vs.push_back({"c2", [ws, &props](Params q) {
+      vs.push_back({"b256", [ws, &props](Params q) {
                       q.workspace = ws;
                       q.stream_k = true;
-                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 2, false>, B16>(
+                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 256, 4, true, 1, false>, B16>(
                           q, 0, props);
                     }});
     } else {
@@ -152,9 +165,27 @@ int main() {
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
-    for (auto& v : vs) {
-      CHECK(v.second(p));
+    // every variant's output against the first's (the same products; k order may differ)
+    void* ref;
+    unsigned* dmax;
+    const int64_t nout = (int64_t)s.m * s.n;
+    CHECK(cudaMalloc(&ref, nout * 2));
+    CHECK(cudaMalloc(&dmax, 4));
+    std::vector<float> diffs;
+    for (size_t i = 0; i < vs.size(); ++i) {
+      CHECK(cudaMemset(out, 0xff, nout * 2));  // NaN
+      CHECK(vs[i].second(p));
+      if (i == 0) CHECK(cudaMemcpy(ref, out, nout * 2, cudaMemcpyDeviceToDevice));
+      CHECK(cudaMemset(dmax, 0, 4));
+      MaxDiff<<<1024, 256>>>((const __nv_bfloat16*)out, (const __nv_bfloat16*)ref, nout, dmax);
+      unsigned h;
+      CHECK(cudaMemcpy(&h, dmax, 4, cudaMemcpyDeviceToHost));
+      float f;
+      memcpy(&f, &h, 4);
+      diffs.push_back(f);
     }
+    cudaFree(ref);
+    cudaFree(dmax);
     CHECK(cudaDeviceSynchronize());
     for (int r = 0; r < 9; ++r) {
       for (size_t i0 = 0; i0 < vs.size(); ++i0) {
@@ -180,8 +211,8 @@ int main() {
       std::sort(t[i].begin(), t[i].end());
       const double med = t[i][t[i].size() / 2];
       if (i == 0) base = med;
-      printf("  %s %8.1f us %6.0f TF (%.3f)", vs[i].first.c_str(), med, flop / med * 1e-6,
-             med / base);
+      printf("  %s %8.1f us %6.0f TF (%.3f) d%.0e", vs[i].first.c_str(), med, flop / med * 1e-6,
+             med / base, diffs[i]);
     }
     printf("\n");
     cudaFree(a);

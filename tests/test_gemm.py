@@ -590,13 +590,14 @@ def test_gpu_gemv(m, dtype, variant):
 
 
 # Stream-K (sm90.h): an unsplit call of the 128-row sm90 tiles whose last round would leave
-# enough SMs idle for long enough (StreamKUnits: about 34 k blocks of idle time for 128 x 256 tiles,
-# 17 for 128 x 128) spreads the k blocks of its last units over every SM, the partial tiles meeting
-# in the workspace. The shapes, on an H100 (132 SMs; 16-bit units are clusters of two 128 x 256
-# tiles, 66 at a time): units under one round, with each tile over 3-4 blocks (m 1000, n 1032,
-# forced unsplit: 20 units of 65 k blocks; e4m3 40 units of 56); a whole round before the spread
-# ones (m 4800, n 1024: 76 units of 44 k blocks, e4m3 152 of 48, the gated epilogue 76 of 44);
-# block scales' 128 x 128 tiles under one round (72 units of 48) and over one (162 of 32).
+# enough SMs idle for long enough (StreamKUnits: about 34 k blocks of idle time for its 128 x 256
+# tiles) spreads the k blocks of its last units over every SM, the partial tiles meeting in the
+# workspace. The shapes, on an H100 (132 SMs; 16-bit units are clusters of two 128 x 256 tiles,
+# 66 at a time): units under one round, with each tile over 3-4 blocks (m 1000, n 1032, forced
+# unsplit: 20 units of 65 k blocks; e4m3 n 1040 40 units of 56, with block scales too, whose last
+# tile's second 128-column scale block lies past n); a whole round before the spread ones (m 4800,
+# n 1024: 76 units of 44 k blocks, e4m3 152 of 48, the gated epilogue 76 of 44; block scales at
+# n 800, 152 of 48, the last tile's second scale block past n again).
 STREAM_K = [
     ("gemm", 1000, 1032, 4104, {"num_splits": 1}),
     ("gemm", 1000, 1032, 4104, {"num_splits": 1, "out_dtype": "float32", "bias": "a"}),
@@ -604,8 +605,9 @@ STREAM_K = [
     ("gated", 4800, 512, 2800, {"bias": "float32"}),
     ("fp8", 1000, 1040, 7168, {"num_splits": 1, "a_scale": "row", "b_scale": "tensor"}),
     ("fp8", 4800, 1024, 6144, {"a_scale": "row", "b_scale": "row", "bias": "out"}),
-    ("fp8", 1000, 1040, 6144, {"a_scale": "block", "b_scale": "block", "bias": "out"}),
-    ("fp8", 2300, 1152, 4096, {"a_scale": "block", "b_scale": "block"}),
+    ("fp8", 1000, 1040, 7168, {"num_splits": 1, "a_scale": "block", "b_scale": "block",
+                               "bias": "out"}),
+    ("fp8", 4800, 800, 6144, {"a_scale": "block", "b_scale": "block"}),
 ]
 
 
@@ -625,8 +627,7 @@ def test_gpu_stream_k(op, m, n, k, kw):
     if torch.cuda.get_device_capability() == (9, 0):  # the plan reserves the stream-K area
         splits, ws = plan_of(case)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        tile = 128 * (128 if kw.get("a_scale") == "block" else 256)
-        assert (splits, ws) == (1, sms * (tile + 2)), (splits, ws)
+        assert (splits, ws) == (1, sms * (128 * 256 + 2)), (splits, ws)
 
 
 @gpu

@@ -68,10 +68,17 @@ using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
 template <typename T>
 using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, false>,
                                      Sm90Tile<T, 1, 128, 8, false>>;
-// block scales: the two groups issue their k blocks in turn, so that one group's promotion runs
-// under the other's products (H100, .dev A/B, with stream-K: 8192^3 1359 -> 1283 us, 4096^3
-// 179 -> 171; 16-bit and per-tensor / per-row e4m3 tiles gained nothing from it)
-using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true, 1, true>;
+// block scales, m > 128: 128 x 256 tiles, each group's k block as two 64 x 128 products (one per
+// 128-column scale block of b) promoted into its 128 accumulators in turn (H100, same-process
+// A/B, .dev probe: 8192^3 888 -> 931-960 TFLOP/s against 128 x 128 tiles, 4096^3 854 -> 902,
+// 4096 x 7168 x 7168 871 -> 920-945; the groups issuing in turn, as the 128 x 128 tiles do, gave
+// nothing here). Where the 128 x 256 grid's last round would leave many SMs idle and stream-K does
+// not take it (2048 x 7168 x 2048: 448 tiles on 132 SMs, 813 against 743), and for 64 < m <= 128,
+// 128 x 128 tiles whose groups issue their k blocks in turn, so that one group's promotion runs
+// under the other's products (.dev A/B, with stream-K: 8192^3 1359 -> 1283 us, 4096^3 179 -> 171;
+// 16-bit and per-tensor / per-row e4m3 tiles gained nothing from turns).
+using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 256, 4, true>;
+using Sm90BlockMid = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true, 1, true>;
 using Sm90BlockSmall = Sm90Tile<__nv_fp8_e4m3, 1, 128, 8, true>;
 
 enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Mid, kSm90Small };
@@ -88,8 +95,17 @@ inline Kernel Choose(const Params& p, int cc_major) {
   return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
 }
 
-// Output tiles (block m, block n) of a kernel choice.
-inline void TileDims(const Params& p, Kernel k, int* bm, int* bn) {
+// Whether block-scaled p (m > 128) takes Sm90Block's 128 x 256 tiles on `sms` SMs (else
+// Sm90BlockMid's 128 x 128): unless their last round leaves more than a tenth of the grid idle
+// and stream-K (StreamKUnits) would not spread it.
+inline bool BlockWide(const Params& p, int sms) {
+  const int64_t units = static_cast<int64_t>(ceil_div(p.m, 128)) * ceil_div(p.n, 256);
+  if (sms < 1 || StreamKUnits(units, sms, ceil_div<int64_t>(p.k, 128), 128 * 256) > 0) return true;
+  return units * 10 >= ceil_div<int64_t>(units, sms) * sms * 9;
+}
+
+// Output tiles (block m, block n) of a kernel choice on a device of `sms` SMs.
+inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
   switch (k) {
     case Kernel::kSm80Large:
       *bm = Sm80Large::kBM, *bn = Sm80Large::kBN;
@@ -101,7 +117,7 @@ inline void TileDims(const Params& p, Kernel k, int* bm, int* bn) {
       *bm = Sm80Small::kBM, *bn = Sm80Small::kBN;
       return;
     case Kernel::kSm90Large:
-      *bm = 128, *bn = p.a_scale_kind == Scale::kBlock ? 128 : 256;
+      *bm = 128, *bn = p.a_scale_kind == Scale::kBlock && !BlockWide(p, sms) ? 128 : 256;
       return;
     case Kernel::kSm90Mid:
       *bm = 128, *bn = 128;
@@ -130,7 +146,7 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major);
   int bm = 0, bn = 0;
-  TileDims(p, kernel, &bm, &bn);
+  TileDims(p, kernel, props.sm_count, &bm, &bn);
   if (p.act >= 0) bn /= 2;  // a gated tile's product spans twice its output columns
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn);
   const int64_t bk = p.in_type == Elem::kE4M3 ? 128 : 64;
@@ -162,16 +178,17 @@ inline bool GatedWhole(const Params& p, Kernel kernel) {
 }
 
 // Floats of the stream-K area that an unsplit call of the 128-row sm90 tiles takes on a device of
-// `sms` SMs, or 0: a partial tile's slot per block (128 x 256 floats, 128 x 128 with block scales)
-// and a 64-bit ready flag per block after them. The launcher decides per call whether the last
-// units are spread (sm90.h, StreamKUnits); the plan reserves the area whenever it may.
+// `sms` SMs, or 0: a partial tile's slot per block (128 x 256 floats, or 128 x 128 for block
+// scales' narrow tiles) and a 64-bit ready flag per block after them. The launcher decides per
+// call whether the last units are spread (sm90.h, StreamKUnits); the plan reserves the area
+// whenever it may.
 inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
   if (kernel != Kernel::kSm90Large || p.splits != 1 || p.partials_only || p.k <= 0 ||
       GatedWhole(p, kernel)) {
     return 0;
   }
   int bm = 0, bn = 0;
-  TileDims(p, kernel, &bm, &bn);
+  TileDims(p, kernel, sms, &bm, &bn);
   return static_cast<int64_t>(sms) * (static_cast<int64_t>(bm) * bn + 2);
 }
 
@@ -215,11 +232,14 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
                      : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);
       }
       if (kernel == Kernel::kSm90Mid) {
-        return block ? LaunchSm90<Sm90Block, Out>(p, stream, props)
+        return block ? LaunchSm90<Sm90BlockMid, Out>(p, stream, props)
                      : LaunchSm90<Sm90Mid<F8>, Out>(p, stream, props);
       }
-      return block ? LaunchSm90<Sm90Block, Out>(p, stream, props)
-                   : LaunchSm90<Sm90Large<F8>, Out>(p, stream, props);
+      if (block) {
+        return BlockWide(p, props.sm_count) ? LaunchSm90<Sm90Block, Out>(p, stream, props)
+                                            : LaunchSm90<Sm90BlockMid, Out>(p, stream, props);
+      }
+      return LaunchSm90<Sm90Large<F8>, Out>(p, stream, props);
     }
     auto run16 = [&](auto t) -> cudaError_t {
       using T = decltype(t);

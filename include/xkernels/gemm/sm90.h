@@ -77,8 +77,8 @@ struct Sm90Tile {
   // slack to align, the stages and the C buffer (1024-byte aligned: the swizzle's period), the
   // barriers
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kCBytes + 2 * kStages * 8;
-  static_assert(!kBlockScale || (sizeof(T) == 1 && kBN == 128),
-                "block scales: e4m3, one 128-column scale block per tile");
+  static_assert(!kBlockScale || (sizeof(T) == 1 && kBN % 128 == 0),
+                "block scales: e4m3, whole 128-column scale blocks per tile");
   static_assert(kBN <= 256 && kBM <= 256, "TMA boxes of at most 256 rows");
   static_assert(kCluster == 1 || (kCluster == 2 && kBN % 16 == 0),
                 "clusters of 2, each b share a whole number of 8-row swizzle periods");
@@ -376,47 +376,66 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         wgmma::fence_operands(acc);
         if (prev >= 0) release(prev);
       } else {
-        // one scale block of b per tile (kBN = 128); a's scales per row and k block
-        const float* sa_row0 = p.a_scale + static_cast<int64_t>(min(row0, p.m - 1)) * p.a_scale_ld;
-        const float* sa_row1 =
-            p.a_scale + static_cast<int64_t>(min(row0 + 8, p.m - 1)) * p.a_scale_ld;
-        const float* sb_row = p.b_scale + static_cast<int64_t>(w.tn) * p.b_scale_ld;
-        float part[kAcc];
+        // kWaves scale blocks of b per tile (128 columns each), a's scales per row and k block;
+        // each wave is one 64 x 128 product into `part`, promoted into its 64 accumulators
+        constexpr int kWaves = kBN / 128;
+        // the scales as 32-bit offsets from the parameters' pointers (registers are short here:
+        // 192 hold the accumulators); the launcher refuses scales that reach 2^32 floats
+        const uint32_t oa0 = static_cast<uint32_t>(min(row0, p.m - 1) * p.a_scale_ld);
+        const uint32_t oa1 = static_cast<uint32_t>(min(row0 + 8, p.m - 1) * p.a_scale_ld);
+        uint32_t ob[kWaves];  // (the last scale block for waves past n)
+#pragma unroll
+        for (int v = 0; v < kWaves; ++v) {
+          ob[v] = static_cast<uint32_t>(min(w.tn * kWaves + v, (p.n - 1) / 128) * p.b_scale_ld);
+        }
+        float part[64];
         // the next k block's scales load while this one multiplies
-        float s0 = 0.f, s1 = 0.f, sb = 0.f;
+        float s0 = 0.f, s1 = 0.f, sb[kWaves];
+#pragma unroll
+        for (int v = 0; v < kWaves; ++v) sb[v] = 0.f;
         if (w.kb_count > 0) {
-          s0 = __ldg(sa_row0 + w.kb_begin), s1 = __ldg(sa_row1 + w.kb_begin);
-          sb = __ldg(sb_row + w.kb_begin);
+          s0 = __ldg(p.a_scale + oa0 + w.kb_begin), s1 = __ldg(p.a_scale + oa1 + w.kb_begin);
+#pragma unroll
+          for (int v = 0; v < kWaves; ++v) sb[v] = __ldg(p.b_scale + ob[v] + w.kb_begin);
         }
         for (int kb = 0; kb < w.kb_count; ++kb) {
           const int kn = w.kb_begin + min(kb + 1, w.kb_count - 1);
-          const float n0 = __ldg(sa_row0 + kn), n1 = __ldg(sa_row1 + kn), nb = __ldg(sb_row + kn);
+          const float n0 = __ldg(p.a_scale + oa0 + kn), n1 = __ldg(p.a_scale + oa1 + kn);
+          float nb[kWaves];
+#pragma unroll
+          for (int v = 0; v < kWaves; ++v) nb[v] = __ldg(p.b_scale + ob[v] + kn);
           tma::mbar_wait(full0 + 8 * stage, phase);
           const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
           const uint32_t sbm = s_base + stage * Tl::kStageBytes + Tl::kABytes;
-          take_turn();
-          wgmma::fence_operands(part);
-          wgmma::fence();
 #pragma unroll
-          for (int s = 0; s < kSteps; ++s) {
-            wgmma::mma<kBN, T>(part, wgmma::desc_sw128(sa + 32 * s),
-                               wgmma::desc_sw128(sbm + 32 * s), s > 0 ? 1u : 0u);
+          for (int v = 0; v < kWaves; ++v) {
+            take_turn();
+            wgmma::fence_operands(part);
+            wgmma::fence();
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+              wgmma::mma<128, T>(part, wgmma::desc_sw128(sa + 32 * s),
+                                 wgmma::desc_sw128(sbm + v * 128 * 128 + 32 * s), s > 0 ? 1u : 0u);
+            }
+            wgmma::commit();
+            pass_turn();
+            wgmma::wait<0>();
+            wgmma::fence_operands(part);
+            if (v == kWaves - 1) release(stage);
+            const float f0 = s0 * sb[v], f1 = s1 * sb[v];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              float* a4 = acc + 64 * v + 4 * j;
+              a4[0] = fmaf(part[4 * j + 0], f0, a4[0]);
+              a4[1] = fmaf(part[4 * j + 1], f0, a4[1]);
+              a4[2] = fmaf(part[4 * j + 2], f1, a4[2]);
+              a4[3] = fmaf(part[4 * j + 3], f1, a4[3]);
+            }
           }
-          wgmma::commit();
-          pass_turn();
-          wgmma::wait<0>();
-          wgmma::fence_operands(part);
-          release(stage);
           if (++stage == kStages) stage = 0, phase ^= 1;
-          const float f0 = s0 * sb, f1 = s1 * sb;
+          s0 = n0, s1 = n1;
 #pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], f0, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], f0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], f1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], f1, acc[4 * j + 3]);
-          }
-          s0 = n0, s1 = n1, sb = nb;
+          for (int v = 0; v < kWaves; ++v) sb[v] = nb[v];
         }
       }
 
@@ -639,6 +658,13 @@ cudaError_t LaunchSm90(const Params& p_in, cudaStream_t stream, const DeviceProp
   const int64_t units = Sm90Units<Tl>(p);
   if (units > 0x7fffffff || p.splits < 1 || p.splits > 65535) {
     return cudaErrorInvalidConfiguration;
+  }
+  if constexpr (Tl::kBlockScale) {  // the kernel's 32-bit scale offsets
+    const int64_t kb = (p.k + 127) / 128, last_a = (p.m - 1) * p.a_scale_ld + kb;
+    if (last_a >= (int64_t{1} << 32) ||
+        ((p.n - 1) / 128) * p.b_scale_ld + kb >= (int64_t{1} << 32)) {
+      return cudaErrorInvalidValue;
+    }
   }
   const CUtensorMapDataType type = sizeof(T) == 1              ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
