@@ -630,6 +630,36 @@ def test_gpu_stream_k(op, m, n, k, kw):
         assert (splits, ws) == (1, sms * (128 * 256 + 2)), (splits, ws)
 
 
+# Block scales at the edges of fp32's range and past them: scales spread over 2^-22 .. 2^22 (a few
+# negative), and zero, 2^-30 and denormal (2^-128) scales at a few k blocks of a few rows and
+# columns of a and b, against float64 (a promotion multiplies each block's product by its scales,
+# so a zero scale must drop the block and a tiny one must not lose the rest). Shapes on an H100:
+# 132 wide tiles (one full round), 40 wide tiles of 56 k blocks spread by stream-K (pieces
+# starting mid-tile), and 9 tiles too few for the wide grid (the 128 x 128 tiles).
+@gpu
+@pytest.mark.parametrize("form", ["wide", "outside"])
+@pytest.mark.parametrize("m,n,k", [(1408, 3072, 1024), (1000, 1040, 7168), (300, 528, 2064)])
+def test_gpu_fp8_block_scale_ranges(form, m, n, k):
+    case = fp8_case(m, n, k, "cuda", seed_of("blockrange", form, m, n, k),
+                    a_scale="block", b_scale="block", num_splits=1)
+    sa, sb = case.inputs["a_scale"], case.inputs["b_scale"]
+    gen = torch.Generator().manual_seed(seed_of("blockrange-scales", form, m, n, k))
+    if form == "wide":
+        for s in (sa, sb):
+            v = torch.exp2(torch.rand(s.shape, generator=gen) * 44 - 22)
+            v[torch.rand(s.shape, generator=gen) < 0.05] *= -1
+            s.copy_(v)
+    else:
+        kb = sa.shape[1]
+        sa[5, 2 % kb] = 0.0
+        sa[m - 1, 5 % kb] = 2.0 ** -30
+        sa[m // 2, kb - 1] = 2.0 ** -128
+        sb[1, 1 % kb] = 0.0
+        sb[sb.shape[0] - 1, 3 % kb] = 2.0 ** -30
+        sb[0, 0] = -(2.0 ** -3)
+    check(case)
+
+
 @gpu
 @pytest.mark.parametrize("kernel", ["auto", "sm80", "sm90"])
 @pytest.mark.parametrize("variant", list(GATED_VARIANTS))
