@@ -68,12 +68,12 @@ using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
 template <typename T>
 using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, false>,
                                      Sm90Tile<T, 1, 128, 8, false>>;
-// block scales, m > 128: 128 x 256 tiles, each group's k block as two 64 x 128 products (one per
-// 128-column scale block of b) promoted into its 128 accumulators in turn (H100, same-process
-// A/B, .dev probe: 8192^3 888 -> 931-960 TFLOP/s against 128 x 128 tiles, 4096^3 854 -> 902,
-// 4096 x 7168 x 7168 871 -> 920-945; the groups issuing in turn, as the 128 x 128 tiles do, gave
-// nothing here). Where the 128 x 256 grid's last round would leave many SMs idle and stream-K does
-// not take it (2048 x 7168 x 2048: 448 tiles on 132 SMs, 813 against 743), and for 64 < m <= 128,
+// block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
+// block's scales, the wgmmas adding each block's product to them directly and one 128-column half
+// rescaled while the other half's product runs (sm90.h; H100, same-process A/B: 8192^3 898 ->
+// 989-1018 TFLOP/s against the 128 x 128 tiles, 4096^3 -> 946-966, 4096 x 7168 x 7168 -> 1014-
+// 1040; v6, promoting two 64 x 128 products per k block, ran 931-960). Where the 128 x 256 grid's
+// last round would leave many SMs idle and stream-K does not take it, and for 64 < m <= 128,
 // 128 x 128 tiles whose groups issue their k blocks in turn, so that one group's promotion runs
 // under the other's products (.dev A/B, with stream-K: 8192^3 1359 -> 1283 us, 4096^3 179 -> 171;
 // 16-bit and per-tensor / per-row e4m3 tiles gained nothing from turns).

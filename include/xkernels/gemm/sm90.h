@@ -11,10 +11,13 @@
 // into the next unit while the consumers store one, so loads overlap the epilogue.
 //
 // e4m3 scales: per tensor and per row they are linear in the output and applied to the
-// accumulators after the main loop; per block (1 x 128 of a, 128 x 128 of b) each k block's
-// product is taken into a second set of accumulators and added to the result times its two scales
-// in fp32 (DeepSeek-V3's promotion; kBK is exactly one scale block), the two consumer groups
-// issuing their k blocks in turn (kOrdered) so that one promotes while the other multiplies.
+// accumulators after the main loop; per block (1 x 128 of a, 128 x 128 of b; kBK is exactly one
+// scale block) the 128 x 128 tiles take each k block's product into a second set of accumulators
+// and add it to the result times its two scales in fp32 (DeepSeek-V3's promotion), the two
+// consumer groups issuing their k blocks in turn (kOrdered) so that one promotes while the other
+// multiplies; the 128 x 256 tiles keep each 128-column half of the accumulators divided by its
+// current scales, so that the wgmmas accumulate into it directly, and rescale one half while the
+// other half's product runs (a unit with a scale out of that form's range promotes instead).
 //
 // Split-K: a unit with splits > 1 writes its fp32 partial tile (scaled, without bias) to the
 // workspace; SplitKReduce sums them.
@@ -88,7 +91,17 @@ namespace detail {
 
 // Named barriers (0 is __syncthreads): one per consumer group, the C buffer's hand-over from one
 // group to the other, each group's turn to issue (kOrdered), and both groups (stream-K).
-constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3, kBarTurn0 = 5, kBarConsumers = 7;
+// (kBarVote0: each group's vote on its unit's block scales)
+constexpr uint32_t kBarGroup0 = 1, kBarFreeFor0 = 3, kBarTurn0 = 5, kBarConsumers = 7,
+                   kBarVote0 = 8;
+
+// Block scales the rescaled accumulators of the 128 x 256 block tiles take (Sm90Kernel): within
+// 2^-22 .. 2^22 in magnitude, so that the ratio of two blocks' scale products stays within 2^88
+// and the accumulators (the sum divided by the current block's scales) within fp32's range.
+XK_DEVICE bool RescalableScale(float s) {
+  const float a = fabsf(s);
+  return a >= 0x1p-22f && a <= 0x1p22f;
+}
 
 // Output columns of a tile: kBN, or half of it for a gated product.
 template <class Tl>
@@ -375,67 +388,176 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         wgmma::wait<0>();
         wgmma::fence_operands(acc);
         if (prev >= 0) release(prev);
-      } else {
-        // kWaves scale blocks of b per tile (128 columns each), a's scales per row and k block;
-        // each wave is one 64 x 128 product into `part`, promoted into its 64 accumulators
-        constexpr int kWaves = kBN / 128;
-        // the scales as 32-bit offsets from the parameters' pointers (registers are short here:
-        // 192 hold the accumulators); the launcher refuses scales that reach 2^32 floats
-        const uint32_t oa0 = static_cast<uint32_t>(min(row0, p.m - 1) * p.a_scale_ld);
-        const uint32_t oa1 = static_cast<uint32_t>(min(row0 + 8, p.m - 1) * p.a_scale_ld);
-        uint32_t ob[kWaves];  // (the last scale block for waves past n)
-#pragma unroll
-        for (int v = 0; v < kWaves; ++v) {
-          ob[v] = static_cast<uint32_t>(min(w.tn * kWaves + v, (p.n - 1) / 128) * p.b_scale_ld);
-        }
-        float part[64];
+      } else if constexpr (kBN == 128) {
+        // one scale block of b per tile; a's scales per row and k block
+        const float* sa_row0 = p.a_scale + static_cast<int64_t>(min(row0, p.m - 1)) * p.a_scale_ld;
+        const float* sa_row1 =
+            p.a_scale + static_cast<int64_t>(min(row0 + 8, p.m - 1)) * p.a_scale_ld;
+        const float* sb_row = p.b_scale + static_cast<int64_t>(w.tn) * p.b_scale_ld;
+        float part[kAcc];
         // the next k block's scales load while this one multiplies
-        float s0 = 0.f, s1 = 0.f, sb[kWaves];
-#pragma unroll
-        for (int v = 0; v < kWaves; ++v) sb[v] = 0.f;
+        float s0 = 0.f, s1 = 0.f, sb = 0.f;
         if (w.kb_count > 0) {
-          s0 = __ldg(p.a_scale + oa0 + w.kb_begin), s1 = __ldg(p.a_scale + oa1 + w.kb_begin);
-#pragma unroll
-          for (int v = 0; v < kWaves; ++v) sb[v] = __ldg(p.b_scale + ob[v] + w.kb_begin);
+          s0 = __ldg(sa_row0 + w.kb_begin), s1 = __ldg(sa_row1 + w.kb_begin);
+          sb = __ldg(sb_row + w.kb_begin);
         }
         for (int kb = 0; kb < w.kb_count; ++kb) {
           const int kn = w.kb_begin + min(kb + 1, w.kb_count - 1);
-          const float n0 = __ldg(p.a_scale + oa0 + kn), n1 = __ldg(p.a_scale + oa1 + kn);
-          float nb[kWaves];
-#pragma unroll
-          for (int v = 0; v < kWaves; ++v) nb[v] = __ldg(p.b_scale + ob[v] + kn);
+          const float n0 = __ldg(sa_row0 + kn), n1 = __ldg(sa_row1 + kn), nb = __ldg(sb_row + kn);
           tma::mbar_wait(full0 + 8 * stage, phase);
           const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
           const uint32_t sbm = s_base + stage * Tl::kStageBytes + Tl::kABytes;
+          take_turn();
+          wgmma::fence_operands(part);
+          wgmma::fence();
 #pragma unroll
-          for (int v = 0; v < kWaves; ++v) {
-            take_turn();
-            wgmma::fence_operands(part);
+          for (int s = 0; s < kSteps; ++s) {
+            wgmma::mma<kBN, T>(part, wgmma::desc_sw128(sa + 32 * s),
+                               wgmma::desc_sw128(sbm + 32 * s), s > 0 ? 1u : 0u);
+          }
+          wgmma::commit();
+          pass_turn();
+          wgmma::wait<0>();
+          wgmma::fence_operands(part);
+          release(stage);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+          const float f0 = s0 * sb, f1 = s1 * sb;
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            acc[4 * j + 0] = fmaf(part[4 * j + 0], f0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], f1, acc[4 * j + 3]);
+          }
+          s0 = n0, s1 = n1, sb = nb;
+        }
+      } else {
+        // 128 x 256 tiles (Sm90Block): wave v (0, 1) of a group's k block is its 64 x 128 product
+        // with b's scale block v; its half h_v of the accumulators holds the sum divided by the
+        // current block's scales (a's per row, b's of the wave), so that a block's product adds
+        // to it in the wgmma itself, and a half is rescaled to the next block's scales while the
+        // other half's product runs. Per k block: W0 (h0 ready), rescale h1, W1, wait for W0,
+        // rescale h0, wait for W1: nothing is in flight at an iteration's top (ptxas cannot follow
+        // a product in flight across the loop's back edge and then serialises every wgmma,
+        // C7514 / C7517 / C7518). A unit with a scale outside RescalableScale (zero, denormal,
+        // inf, NaN, or far off) takes the promotion instead (64-column products added times their
+        // scales), decided by one vote of the group before its first block; a promotion with a
+        // 64-float product here (128 x 256 tiles: 192 floats live) cost the rescaled loop its
+        // gain (H100, .dev probe, 8192^3: 989-992 TFLOP/s with this fallback, 1004-1018 with none,
+        // 922-936 with the 64-float one).
+        static_assert(kBN == 256 && !Tl::kOrdered, "rescaled block tiles: 128 x 256, no turns");
+        const uint32_t oa0 = static_cast<uint32_t>(min(row0, p.m - 1) * p.a_scale_ld);
+        const uint32_t oa1 = static_cast<uint32_t>(min(row0 + 8, p.m - 1) * p.a_scale_ld);
+        uint32_t ob[2];  // (the last scale block for a wave past n)
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          ob[v] = static_cast<uint32_t>(min(w.tn * 2 + v, (p.n - 1) / 128) * p.b_scale_ld);
+        }
+        // the unit's vote: each thread reads half of one row's a scales and a stride of one
+        // wave's b scales
+        bool bad = false;
+        {
+          const int tg = static_cast<int>(threadIdx.x) % 128, r = tg % 64, half = tg / 64;
+          const int row = min(w.tm * Tl::kBM + 64 * cw + r, p.m - 1);
+          const uint32_t oa = static_cast<uint32_t>(row * p.a_scale_ld + w.kb_begin);
+          for (int j = half; j < w.kb_count; j += 2) {
+            bad |= !detail::RescalableScale(__ldg(p.a_scale + oa + j));
+          }
+          for (int j = r; j < w.kb_count; j += 64) {
+            bad |= !detail::RescalableScale(__ldg(p.b_scale + ob[half] + w.kb_begin + j));
+          }
+        }
+        if (!tma::named_any(detail::kBarVote0 + cw, 128, bad)) {
+          float (&h0)[64] = *reinterpret_cast<float (*)[64]>(acc);
+          float (&h1)[64] = *reinterpret_cast<float (*)[64]>(acc + 64);
+          auto issue = [&](float (&h)[64], uint32_t sa, uint32_t sb) {
+            wgmma::fence_operands(h);
             wgmma::fence();
 #pragma unroll
-            for (int s = 0; s < kSteps; ++s) {
-              wgmma::mma<128, T>(part, wgmma::desc_sw128(sa + 32 * s),
-                                 wgmma::desc_sw128(sbm + v * 128 * 128 + 32 * s), s > 0 ? 1u : 0u);
+            for (int st = 0; st < kSteps; ++st) {
+              wgmma::mma<128, T>(h, wgmma::desc_sw128(sa + 32 * st),
+                                 wgmma::desc_sw128(sb + 32 * st), 1u);
             }
             wgmma::commit();
-            pass_turn();
-            wgmma::wait<0>();
-            wgmma::fence_operands(part);
-            if (v == kWaves - 1) release(stage);
-            const float f0 = s0 * sb[v], f1 = s1 * sb[v];
+          };
+          auto rescale = [](float (&h)[64], float r0, float r1) {
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
-              float* a4 = acc + 64 * v + 4 * j;
-              a4[0] = fmaf(part[4 * j + 0], f0, a4[0]);
-              a4[1] = fmaf(part[4 * j + 1], f0, a4[1]);
-              a4[2] = fmaf(part[4 * j + 2], f1, a4[2]);
-              a4[3] = fmaf(part[4 * j + 3], f1, a4[3]);
+              h[4 * j + 0] *= r0, h[4 * j + 1] *= r0, h[4 * j + 2] *= r1, h[4 * j + 3] *= r1;
             }
+          };
+          // block kb's scales (x), h0's divisors (d), h1's (e)
+          float x0 = 1.f, x1 = 1.f, xb0 = 1.f, xb1 = 1.f;
+          if (w.kb_count > 0) {
+            x0 = __ldg(p.a_scale + oa0 + w.kb_begin), x1 = __ldg(p.a_scale + oa1 + w.kb_begin);
+            xb0 = __ldg(p.b_scale + ob[0] + w.kb_begin);
+            xb1 = __ldg(p.b_scale + ob[1] + w.kb_begin);
           }
-          if (++stage == kStages) stage = 0, phase ^= 1;
-          s0 = n0, s1 = n1;
+          float d0 = x0, d1 = x1, db0 = xb0, e0 = x0, e1 = x1, db1 = xb1;
+          for (int kb = 0; kb < w.kb_count; ++kb) {
+            const int kn = w.kb_begin + min(kb + 1, w.kb_count - 1);  // (the last: itself)
+            const float y0 = __ldg(p.a_scale + oa0 + kn), y1 = __ldg(p.a_scale + oa1 + kn);
+            const float yb0 = __ldg(p.b_scale + ob[0] + kn), yb1 = __ldg(p.b_scale + ob[1] + kn);
+            const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
+            const uint32_t sbm = s_base + stage * Tl::kStageBytes + Tl::kABytes;
+            tma::mbar_wait(full0 + 8 * stage, phase);
+            wgmma::wait<0>();  // (nothing is in flight: tells ptxas that h1 is settled)
+            wgmma::fence_operands(acc);
+            issue(h0, sa, sbm);
+            rescale(h1, __fdividef(e0, x0) * __fdividef(db1, xb1),
+                    __fdividef(e1, x1) * __fdividef(db1, xb1));
+            e0 = x0, e1 = x1, db1 = xb1;
+            issue(h1, sa, sbm + 128 * 128);
+            wgmma::wait<1>();  // W0 done
+            wgmma::fence_operands(h0);
+            rescale(h0, __fdividef(d0, y0) * __fdividef(db0, yb0),
+                    __fdividef(d1, y1) * __fdividef(db0, yb0));
+            d0 = y0, d1 = y1, db0 = yb0;
+            wgmma::wait<0>();  // W1 done
+            wgmma::fence_operands(h1);
+            release(stage);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+            x0 = y0, x1 = y1, xb0 = yb0, xb1 = yb1;
+          }
+          wgmma::wait<0>();
+          wgmma::fence_operands(acc);
+          rescale(h0, d0 * db0, d1 * db0);  // the sums themselves
+          rescale(h1, e0 * db1, e1 * db1);
+        } else {
+          float part[32];
+          for (int kb = 0; kb < w.kb_count; ++kb) {
+            const int kk = w.kb_begin + kb;
+            const float c0 = __ldg(p.a_scale + oa0 + kk), c1 = __ldg(p.a_scale + oa1 + kk);
+            tma::mbar_wait(full0 + 8 * stage, phase);
+            const uint32_t sa = s_base + stage * Tl::kStageBytes + cw * 64 * 128;
+            const uint32_t sbm = s_base + stage * Tl::kStageBytes + Tl::kABytes;
 #pragma unroll
-          for (int v = 0; v < kWaves; ++v) sb[v] = nb[v];
+            for (int v = 0; v < kBN / 64; ++v) {
+              wgmma::fence_operands(part);
+              wgmma::fence();
+#pragma unroll
+              for (int st = 0; st < kSteps; ++st) {
+                wgmma::mma<64, T>(part, wgmma::desc_sw128(sa + 32 * st),
+                                  wgmma::desc_sw128(sbm + v * 64 * 128 + 32 * st),
+                                  st > 0 ? 1u : 0u);
+              }
+              wgmma::commit();
+              wgmma::wait<0>();
+              wgmma::fence_operands(part);
+              const float cb = __ldg(p.b_scale + ob[v / 2] + kk);
+              const float f0 = c0 * cb, f1 = c1 * cb;
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                float* a4 = acc + 32 * v + 4 * j;
+                a4[0] = fmaf(part[4 * j + 0], f0, a4[0]);
+                a4[1] = fmaf(part[4 * j + 1], f0, a4[1]);
+                a4[2] = fmaf(part[4 * j + 2], f1, a4[2]);
+                a4[3] = fmaf(part[4 * j + 3], f1, a4[3]);
+              }
+            }
+            release(stage);
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
         }
       }
 
