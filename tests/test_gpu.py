@@ -172,6 +172,18 @@ def test_softmax_rows_in_two_large_shares(dtype):
     check("softmax", (300, 65000 if dtype == torch.float32 else 131000), dtype, "cuda")
 
 
+@pytest.mark.parametrize("cols", [151936, 262208])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_rows_just_past_whole_chunks(cols, dtype):
+    """Vocabulary-sized rows whose shares over 3-5 blocks lie just past whole 32 KB chunks of
+    RowKernelSmem (bf16 151936: 3.09 chunks; 262208 over 5 blocks: 3.2), so that each share's
+    last chunk is nearly empty (float32 151936: 3.7 chunks; 262208: no shared-memory rows);
+    grids past the clusters that fit, each taking many rows; softmax and rmsnorm against
+    float64."""
+    check("softmax", (300, cols), dtype, "cuda")
+    check("rmsnorm", (300, cols), dtype, "cuda")
+
+
 @pytest.mark.parametrize("cols", [128, 4096, 20000, 262144])
 def test_norm_in_place_through_out(cols):
     x = torch.randn(7, cols, device="cuda", dtype=torch.bfloat16)
