@@ -3,8 +3,8 @@
 // that clock and power drift falls on all of them alike; medians, and each variant's time over the
 // first's. How the stream-K rule and the block-scale turns were measured (benchmarks/README.md,
 // GEMM kernel versions). Variants: "dp" whole tiles only (no workspace), "sk" as dispatched, then
-// tile variants called directly; each variant's output (NaN-poisoned before) against the first's, the
-// largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only.
+// tile variants called directly; each variant's output (NaN-poisoned before) against the
+// first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -50,6 +50,15 @@ __global__ void MaxDiff(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t 
   atomicMax(r, __float_as_uint(d));
 }
 using L = std::function<cudaError_t(Params)>;
+// A tile variant called directly, with the workspace and stream-K as dispatched, bf16 out.
+template <class Tl>
+L Direct(float* ws, const DeviceProps& props) {
+  return [ws, &props](Params q) {
+    q.workspace = ws;
+    q.stream_k = true;
+    return gemm::LaunchSm90<Tl, __nv_bfloat16>(q, 0, props);
+  };
+}
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
@@ -132,32 +141,12 @@ int main() {
                   }});
     if (s.act >= 0) {
     } else if (s.in == Elem::kBF16) {
-      vs.push_back({"sk+ord", [ws, &props](Params q) {
-                      q.workspace = ws;
-                      q.stream_k = true;
-                      return gemm::LaunchSm90<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>, B16>(
-                          q, 0, props);
-                    }});
+      vs.push_back({"sk+ord", Direct<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>>(ws, props)});
     } else if (s.sc == Scale::kBlock) {
-      vs.push_back({"b128+ord", [ws, &props](Params q) {
-                      q.workspace = ws;
-                      q.stream_k = true;
-                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 128, 6, true, 1, true>, B16>(
-                          q, 0, props);
-                    }});
-      vs.push_back({"b256", [ws, &props](Params q) {
-                      q.workspace = ws;
-                      q.stream_k = true;
-                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 256, 4, true, 1, false>, B16>(
-                          q, 0, props);
-                    }});
+      vs.push_back({"b128+ord", Direct<gemm::Sm90Tile<F8, 2, 128, 6, true, 1, true>>(ws, props)});
+      vs.push_back({"b256", Direct<gemm::Sm90Tile<F8, 2, 256, 4, true>>(ws, props)});
     } else {
-      vs.push_back({"c2", [ws, &props](Params q) {
-                      q.workspace = ws;
-                      q.stream_k = true;
-                      return gemm::LaunchSm90<gemm::Sm90Tile<F8, 2, 256, 4, false, 2, false>, B16>(
-                          q, 0, props);
-                    }});
+      vs.push_back({"c2", Direct<gemm::Sm90Tile<F8, 2, 256, 4, false, 2, false>>(ws, props)});
     }
     const double flop = 2.0 * s.m * s.n * s.k;
     const int reps = std::max(3, std::min(50, (int)(2e13 / flop)));

@@ -269,30 +269,34 @@ inline const char* PathStr(int64_t path) {
 }
 
 #ifndef XKERNELS_HOST_ONLY
-// Compute capability (10 major + minor) of a GPU, read once per device.
-inline int DeviceCc(int dev) {
+// read(dev), read once per device and kept (0: not read yet; neither attribute below reads 0
+// on a working GPU).
+template <int (*kRead)(int)>
+inline int PerDevice(int dev) {
   static int cache[kMaxDevices] = {};
   if (dev < 0 || dev >= kMaxDevices) return 0;
-  if (cache[dev] == 0) {  // benign race: every thread writes the same value
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cache[dev] = 10 * major + minor;
-  }
+  if (cache[dev] == 0) cache[dev] = kRead(dev);  // benign race: every thread writes the same value
   return cache[dev];
 }
 
-// Streaming multiprocessors of a GPU, read once per device.
-inline int DeviceSms(int dev) {
-  static int cache[kMaxDevices] = {};
-  if (dev < 0 || dev >= kMaxDevices) return 0;
-  if (cache[dev] == 0) {  // benign race: every thread writes the same value
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cache[dev] = sms;
-  }
-  return cache[dev];
+inline int ReadCc(int dev) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return 10 * major + minor;
 }
+
+inline int ReadSms(int dev) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+
+// Compute capability (10 major + minor) of a GPU, read once per device.
+inline int DeviceCc(int dev) { return PerDevice<ReadCc>(dev); }
+
+// Streaming multiprocessors of a GPU, read once per device.
+inline int DeviceSms(int dev) { return PerDevice<ReadSms>(dev); }
 #endif
 
 // A module's dry-run flag (per thread): when set, exported functions validate their arguments
