@@ -83,13 +83,41 @@ using Sm90BlockSmall = Sm90Tile<__nv_fp8_e4m3, 1, 128, 8, true>;
 
 enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Mid, kSm90Small };
 
-// The kernel version and tile for p on a device of compute capability major `cc_major`.
-inline Kernel Choose(const Params& p, int cc_major) {
+// Whether 16-bit p (m > 128) runs faster in Sm90Mid's 128 x 128 tiles than in Sm90Large's
+// 128 x 256 clusters on `sms` SMs: when the 128 x 128 grid's rounds, at 0.59 of a wide round
+// each (half the product at 85% of the rate), take less time than the wide grid's (whole rounds,
+// or where stream-K spreads a last round after full ones, their fraction and a quarter round for
+// the partial tiles). A few rounds of a mid-sized m are where it matters: 256 x 4096 x 4096 is 32
+// wide tiles or 64 narrow ones, one round either way. (H100, bf16, .dev probe against cuBLAS, 3
+// rotating weights, us, 128 x 256 (with stream-K where it applies) -> 128 x 128: m 256, n x k
+// 6144 x 4096 38.5 -> 27.7, 8192 x 8192 75.7 -> 62.8; m 384, 28672 x 4096 183.7 -> 159.4 (its
+// third row of tiles pads a cluster); m 512, 4096 x 14336 168.6 -> 86.5; kept wide: m 512,
+// 6144 x 4096 48.8 against 56.2, 8192 x 8192 107.5 against 107.1; m 768, 4096 x 4096 53.4
+// against 56.1. Over 14 shapes of m 192 to 768 the dispatch went from 1117 to 1003 us, cuBLAS
+// 904-910.)
+inline bool MidRounds(const Params& p, int sms) {
+  const int slots = sms / 2;  // clusters of two wide tiles
+  if (slots < 1) return false;
+  const int64_t rows = ceil_div(p.m, 128), bn = p.act >= 0 ? 2 * int64_t{p.n} : p.n;
+  const int64_t units = ceil_div<int64_t>(rows, 2) * ceil_div<int64_t>(bn, 256);
+  const int64_t narrow = ceil_div<int64_t>(rows * ceil_div<int64_t>(bn, 128), sms);
+  const bool spread =
+      units >= slots && StreamKUnits(units, slots, ceil_div<int64_t>(p.k, 64), 128 * 256) > 0;
+  const double wide = spread ? static_cast<double>(units) / slots + 0.25
+                             : static_cast<double>(ceil_div<int64_t>(units, slots));
+  return static_cast<double>(narrow) * 10 < wide * 17;
+}
+
+// The kernel version and tile for p on a device of compute capability major `cc_major` with
+// `sms` SMs.
+inline Kernel Choose(const Params& p, int cc_major, int sms) {
   const bool sm90 = p.path == Path::kSm90 ||
                     (p.path == Path::kAuto && cc_major == 9 && p.b_layout == BLayout::kNK) ||
                     p.in_type == Elem::kE4M3;
   if (sm90) {
-    return p.m <= 64 ? Kernel::kSm90Small : p.m <= 128 ? Kernel::kSm90Mid : Kernel::kSm90Large;
+    if (p.m <= 64) return Kernel::kSm90Small;
+    if (p.m <= 128 || (p.in_type != Elem::kE4M3 && MidRounds(p, sms))) return Kernel::kSm90Mid;
+    return Kernel::kSm90Large;
   }
   if (p.m <= 16) return Kernel::kSm80Small;
   return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
@@ -131,8 +159,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
 // The split count for p on the current device (p.splits ignored), each split at least 4 k blocks
 // long. The decode tiles (m <= 128: one group of 64 rows, or 128 x 128) stream b through deep
 // pipelines, and a third of the SMs already read at the copy rate, so they split only to keep a
-// third of the SMs busy, or in two when k is long (>= 192 k blocks) and the halves still fit one
-// wave (a split costs a pass over fp32 partials and a launch, which long k repays). The 128 x 256
+// third of the SMs busy, or in two when k is long (>= 192 k blocks; m > 128, which takes 128 x 128
+// tiles only where they run few rounds: any k) and the halves still fit one wave (a split costs a
+// pass over fp32 partials and a launch, which long k repays). The 128 x 256
 // tiles (and the sm80 ones) split to fill one wave. Measured on the H100 over Llama 3 8B's and
 // 70B's projections, m 1 to 256 (benchmarks/README.md, GEMM kernel versions). Shapes and device
 // properties only, no device memory (graph-safe).
@@ -144,7 +173,7 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   Params one = p;
   one.splits = 1;
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
-  const Kernel kernel = Choose(p, props.cc_major);
+  const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
   int bm = 0, bn = 0;
   TileDims(p, kernel, props.sm_count, &bm, &bn);
   if (p.act >= 0) bn /= 2;  // a gated tile's product spans twice its output columns
@@ -155,7 +184,8 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   if (kernel == Kernel::kSm90Small || kernel == Kernel::kSm90Mid) {
     const int64_t busy = ceil_div<int64_t>(props.sm_count, 3);
     if (tiles < busy) s = ceil_div<int64_t>(busy, tiles);
-    if (ceil_div<int64_t>(p.k, bk) >= 192 && 2 * tiles <= props.sm_count)
+    // (m > 128: 192 x 4096 x 4096 in 64 tiles, 31.6 -> 23.2 us split in two)
+    if ((ceil_div<int64_t>(p.k, bk) >= 192 || p.m > 128) && 2 * tiles <= props.sm_count)
       s = std::max<int64_t>(s, 2);
   } else {
     if (2 * tiles > props.sm_count) return cudaSuccess;
@@ -196,7 +226,7 @@ inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
 // (p.splits set): split-K's partial tiles, a gated product's where GatedWhole, or stream-K's.
 inline int64_t WorkspaceElems(const Params& p, int cc_major, int sms) {
   if (UseGemv(p, cc_major)) return 0;
-  const Kernel kernel = Choose(p, cc_major);
+  const Kernel kernel = Choose(p, cc_major, sms);
   return std::max(WorkspaceElems(p, GatedWhole(p, kernel)), StreamKElems(p, kernel, sms));
 }
 
@@ -211,13 +241,13 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
   Params p = p_in;
-  p.stream_k =
-      p.workspace != nullptr && StreamKElems(p, Choose(p, props.cc_major), props.sm_count) > 0;
+  p.stream_k = p.workspace != nullptr &&
+               StreamKElems(p, Choose(p, props.cc_major, props.sm_count), props.sm_count) > 0;
   return DispatchOut(p.out_type, [&](auto out) -> cudaError_t {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
     if (UseGemv(p, props.cc_major)) return LaunchGemv<Out>(p, stream, props);
-    const Kernel kernel = Choose(p, props.cc_major);
+    const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
     // a gated product taken whole: its 2n columns into the workspace as a plain product, then
     // the reduce sums and gates them
     const bool whole = GatedWhole(p, kernel);
