@@ -526,7 +526,7 @@ def test_host_errors_name_the_argument(fw, op, build, exc, msg):
 #
 # The host matrix again at full size (m 1, 7, 64, 1000 x n 200, k 328; e4m3 n 208, k 336; 16-bit
 # also m 8500, where the 128 x 256 tiles run one round and 128 x 128 ones would take two: m 1000
-# takes the 128 x 128 tiles there, gemm.h's MidRounds), which
+# takes the 128 x 128 tiles there, gemm.h's TileGrid), which
 # reaches every kernel version the dispatcher picks by m (gemm.h's Choose: m <= 16, <= 64, more;
 # sm90 for [n, k] b, sm80 for [k, n]), every kernel by name (kernel="sm80", "sm90"), and k long
 # enough for split-K (planned: num_splits 0, and forced), against the NumPy float64 reference.
@@ -555,6 +555,17 @@ def test_gpu_gemm(dtype, m, variant, kernel):
     if kernel == "sm90" and kw.get("b_layout") == "KN":
         pytest.skip("the sm90 kernel takes b as [n, k] only (test_gpu_unsupported_kernels)")
     check(gemm_case(m, *GPU_NK, dtype, "cuda", seed_of("gpu", dtype, m, variant), **kw))
+
+
+# The 128 x 192 tiles (gemm.h's TileGrid: m 700, n 4104 is 66 clusters of them in one round, 51
+# of 128 x 256), every variant: partial last tiles in n (4104 = 21 x 192 + 72) and m, bias, fp32
+# output (no TMA store), strided and leading dimensions, split-K.
+@gpu
+@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_wide192(dtype, variant):
+    check(gemm_case(700, 4104, 1000, dtype, "cuda", seed_of("gpu192", dtype, variant),
+                    **GEMM_VARIANTS[variant]))
 
 
 @gpu
@@ -595,15 +606,15 @@ def test_gpu_gemv(m, dtype, variant):
 # enough SMs idle for long enough (StreamKUnits: about 34 k blocks of idle time for its 128 x 256
 # tiles) spreads the k blocks of its last units over every SM, the partial tiles meeting in the
 # workspace. The shapes, on an H100 (132 SMs; 16-bit units are clusters of two 128 x 256 tiles,
-# 66 at a time): units under one round, each tile over 2-4 blocks (m 1000, n 2064, forced
-# unsplit: 36 units of 128 k blocks, where 128 x 128 tiles would take two rounds (gemm.h,
-# MidRounds); e4m3 n 1040 40 units of 56, with block scales too, whose last tile's second
-# 128-column scale block lies past n); a whole round before the spread ones (m 4800, n 1024: 76
-# units of 44 k blocks, e4m3 152 of 48, the gated epilogue 76 of 44; block scales at n 800, 152 of
-# 48, the last tile's second scale block past n again).
+# 66 at a time): units under one round, each tile over 3-4 blocks (e4m3 m 1000, n 1040, forced
+# unsplit: 40 units of 56 k blocks, with block scales too, whose last tile's second 128-column
+# scale block lies past n; 16-bit calls under one round take narrower tiles instead, gemm.h's
+# TileGrid); a whole round before the spread ones (m 4800, n 1024: 76 units of 44 k blocks, also
+# forced unsplit into fp32, e4m3 152 of 48, the gated epilogue 76 of 44; block scales at n 800,
+# 152 of 48, the last tile's second scale block past n again).
 STREAM_K = [
-    ("gemm", 1000, 2064, 8136, {"num_splits": 1}),
-    ("gemm", 1000, 2064, 8136, {"num_splits": 1, "out_dtype": "float32", "bias": "a"}),
+    ("gemm", 4800, 1024, 2800, {"num_splits": 1}),
+    ("gemm", 4800, 1024, 2800, {"num_splits": 1, "out_dtype": "float32", "bias": "a"}),
     ("gemm", 4800, 1024, 2800, {"bias": "float32"}),
     ("gated", 4800, 512, 2800, {"bias": "float32"}),
     ("fp8", 1000, 1040, 7168, {"num_splits": 1, "a_scale": "row", "b_scale": "tensor"}),
@@ -682,7 +693,7 @@ def test_gpu_gemm_gated(dtype, m, variant, kernel):
                                    (2048, 1536, 1024), (4096, 1536, 1024)])
 def test_gpu_gemm_gated_model_shapes(m, n, k, num_splits):
     """A gated MLP's shapes (Llama 3 8B's 2 x 14336 x 4096 at decode), planned and forced splits,
-    many 128 x 128 tiles at m > 128 (m 300, 2048: gemm.h's MidRounds) and many full 128 x 256 tiles
+    many 128 x 128 tiles at m > 128 (m 300, 2048: gemm.h's TileGrid) and many full 128 x 256 tiles
     in clusters (m 4096)."""
     check(gated_case(m, n, k, torch.bfloat16, "cuda", seed_of("gpugm", m, n, k),
                      bias="float32", num_splits=num_splits))

@@ -161,7 +161,7 @@ DECODE = [gemm(m, SQ, k, dtype, scaling) for dtype, scaling in (("bf16", None), 
           for k in (SQ, 28672) for m in (1, 16, 64)]
 QUANTIZE = [quantize(m, SQ, g) for m in (SQ, 16) for g in GRANULARITIES]
 # mid-sized batches (chunked prefill, large decode batches): Llama 3 8B's O, QKV and down
-# projections at m 256 and 512, where a wave quantum decides the tile (gemm.h, MidRounds)
+# projections at m 256 and 512, where a wave quantum decides the tile (gemm.h, TileGrid)
 MID = [gemm(m, n, k, "bf16") for m in (256, 512) for n, k in ((4096, 4096), (6144, 4096),
                                                                 (4096, 14336))]
 # Llama 3 8B's gate and up projections (2 x 14336 x 4096) at prefill and decode batches

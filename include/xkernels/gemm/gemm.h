@@ -63,6 +63,10 @@ using Sm90Large = Sm90Tile<T, 2, 256, 4, false, sizeof(T) == 2 ? 2 : 1>;
 // 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)
 template <typename T>
 using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
+// 16-bit m > 128 where a grid of 128 x 192 tiles fits the SMs better than either (TileGrid):
+// 5 stages of 40 KB and a 24 KB C buffer, in clusters of 2 as Sm90Large
+template <typename T>
+using Sm90Wide192 = Sm90Tile<T, 2, 192, 5, false, 2>;
 // m <= 64 (decode): one consumer group, many k blocks in flight; e4m3 rows are half as long, so
 // its tiles are half as wide to give as many blocks
 template <typename T>
@@ -81,31 +85,44 @@ using Sm90Block = Sm90Tile<__nv_fp8_e4m3, 2, 256, 4, true>;
 using Sm90BlockMid = Sm90Tile<__nv_fp8_e4m3, 2, 128, 6, true, 1, true>;
 using Sm90BlockSmall = Sm90Tile<__nv_fp8_e4m3, 1, 128, 8, true>;
 
-enum class Kernel { kSm80Large, kSm80Mid, kSm80Small, kSm90Large, kSm90Mid, kSm90Small };
+enum class Kernel {
+  kSm80Large,
+  kSm80Mid,
+  kSm80Small,
+  kSm90Large,
+  kSm90Mid,
+  kSm90Small,
+  kSm90Wide192
+};
 
-// Whether 16-bit p (m > 128) runs faster in Sm90Mid's 128 x 128 tiles than in Sm90Large's
-// 128 x 256 clusters on `sms` SMs: when the 128 x 128 grid's rounds, at 0.59 of a wide round
-// each (half the product at 85% of the rate), take less time than the wide grid's (whole rounds,
-// or where stream-K spreads a last round after full ones, their fraction and a quarter round for
-// the partial tiles). A few rounds of a mid-sized m are where it matters: 256 x 4096 x 4096 is 32
-// wide tiles or 64 narrow ones, one round either way. (H100, bf16, .dev probe against cuBLAS, 3
-// rotating weights, us, 128 x 256 (with stream-K where it applies) -> 128 x 128: m 256, n x k
-// 6144 x 4096 38.5 -> 27.7, 8192 x 8192 75.7 -> 62.8; m 384, 28672 x 4096 183.7 -> 159.4 (its
-// third row of tiles pads a cluster); m 512, 4096 x 14336 168.6 -> 86.5; kept wide: m 512,
-// 6144 x 4096 48.8 against 56.2, 8192 x 8192 107.5 against 107.1; m 768, 4096 x 4096 53.4
-// against 56.1. Over 14 shapes of m 192 to 768 the dispatch went from 1117 to 1003 us, cuBLAS
-// 904-910.)
-inline bool MidRounds(const Params& p, int sms) {
+// The tile of 16-bit p (m > 128, sm90) on `sms` SMs: the grid whose rounds take least time,
+// Sm90Large's 128 x 256 clusters (whole rounds, or where stream-K spreads a last round after full
+// ones, their fraction and a quarter round for the partial tiles), Sm90Wide192's 128 x 192 ones
+// (not gated: a gated tile's halves would be 96 columns; 0.77 of a 256-wide round: 3/4 of the
+// product at 97% of the rate) or Sm90Mid's 128 x 128 tiles (0.59 of a wide round: half the product
+// at 85% of the rate); ties to the wider. A few rounds of a mid-sized m are where it matters:
+// 256 x 4096 x 4096 is 32 wide tiles or 64 narrow ones, one round either way; 768 x 4096 x 4096
+// is 48 clusters of 128 x 256 on 66 slots, or 66 of 128 x 192. (H100, bf16, .dev probe against
+// cuBLAS, 3 rotating weights, us, 128 x 256 (with stream-K where it applies) -> 128 x 128: m 256,
+// n x k 6144 x 4096 38.5 -> 27.7, 8192 x 8192 75.7 -> 62.8; m 384, 28672 x 4096 183.7 -> 159.4
+// (its third row of tiles pads a cluster); m 512, 4096 x 14336 168.6 -> 86.5; kept wide: m 512,
+// 8192 x 8192 107.5 against 107.1. Over 14 shapes of m 192 to 768 the dispatch went from 1117 to
+// 1003 us, cuBLAS 904-910.)
+inline Kernel TileGrid(const Params& p, int sms) {
   const int slots = sms / 2;  // clusters of two wide tiles
-  if (slots < 1) return false;
+  if (slots < 1) return Kernel::kSm90Large;
   const int64_t rows = ceil_div(p.m, 128), bn = p.act >= 0 ? 2 * int64_t{p.n} : p.n;
-  const int64_t units = ceil_div<int64_t>(rows, 2) * ceil_div<int64_t>(bn, 256);
-  const int64_t narrow = ceil_div<int64_t>(rows * ceil_div<int64_t>(bn, 128), sms);
+  const int64_t pairs = ceil_div<int64_t>(rows, 2);
+  const int64_t units = pairs * ceil_div<int64_t>(bn, 256);
   const bool spread =
       units >= slots && StreamKUnits(units, slots, ceil_div<int64_t>(p.k, 64), 128 * 256) > 0;
   const double wide = spread ? static_cast<double>(units) / slots + 0.25
                              : static_cast<double>(ceil_div<int64_t>(units, slots));
-  return static_cast<double>(narrow) * 10 < wide * 17;
+  const double w192 =
+      p.act >= 0 ? 1e30 : 0.77 * ceil_div<int64_t>(pairs * ceil_div<int64_t>(bn, 192), slots);
+  const double narrow = 0.59 * ceil_div<int64_t>(rows * ceil_div<int64_t>(bn, 128), sms);
+  if (narrow < wide && narrow < w192) return Kernel::kSm90Mid;
+  return w192 < wide ? Kernel::kSm90Wide192 : Kernel::kSm90Large;
 }
 
 // The kernel version and tile for p on a device of compute capability major `cc_major` with
@@ -116,8 +133,8 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
                     p.in_type == Elem::kE4M3;
   if (sm90) {
     if (p.m <= 64) return Kernel::kSm90Small;
-    if (p.m <= 128 || (p.in_type != Elem::kE4M3 && MidRounds(p, sms))) return Kernel::kSm90Mid;
-    return Kernel::kSm90Large;
+    if (p.m <= 128) return Kernel::kSm90Mid;
+    return p.in_type == Elem::kE4M3 ? Kernel::kSm90Large : TileGrid(p, sms);
   }
   if (p.m <= 16) return Kernel::kSm80Small;
   return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
@@ -149,6 +166,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
       return;
     case Kernel::kSm90Mid:
       *bm = 128, *bn = 128;
+      return;
+    case Kernel::kSm90Wide192:
+      *bm = 128, *bn = 192;
       return;
     case Kernel::kSm90Small:
       *bm = 64, *bn = p.in_type == Elem::kE4M3 && p.a_scale_kind != Scale::kBlock ? 64 : 128;
@@ -280,6 +300,9 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
             break;
           case Kernel::kSm90Mid:
             XK_CUDA_TRY((LaunchSm90<Sm90Mid<T>, Out>(q, stream, props)));
+            break;
+          case Kernel::kSm90Wide192:
+            XK_CUDA_TRY((LaunchSm90<Sm90Wide192<T>, Out>(q, stream, props)));
             break;
           case Kernel::kSm90Small:
             XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));

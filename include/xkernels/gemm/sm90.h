@@ -837,7 +837,8 @@ cudaError_t LaunchSm90(const Params& p_in, cudaStream_t stream, const DeviceProp
 // through the workspace).
 template <class Tl, typename Out>
 cudaError_t LaunchSm90(const Params& p, cudaStream_t stream, const DeviceProps& props) {
-  if constexpr (std::is_same_v<typename Tl::T, Out>) {
+  // gated tiles: 16-bit, each half of b's tile whole 64-column output boxes
+  if constexpr (std::is_same_v<typename Tl::T, Out> && Tl::kBN % 128 == 0) {
     switch (p.act) {
       case static_cast<int>(math::Act::kSilu):
         return detail::LaunchSm90<Tl, Out, 0>(p, stream, props);
