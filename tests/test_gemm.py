@@ -82,6 +82,21 @@ def test_host_gemm(dtype, m, variant):
                     **GEMM_VARIANTS[variant]))
 
 
+# The host's packed path (m >= 32: b's panel packed k-major, 8 x 32 sums in registers, edge rows
+# and columns in narrower blocks) across threads (m * n * k past 1e7): 300 rows (9 blocks of 32,
+# the last 12 rows; 8-row blocks and 4 single rows), n 520 (8 panels of 64 and one of 8 columns),
+# k 1000 (no multiple of 16: the packing's last 16 x 16 blocks are partial), both b layouts, e4m3
+# block scales (b packed in 16-value runs within its 128-blocks).
+@pytest.mark.parametrize("kw", [{}, {"b_layout": "KN", "bias": "a"}, {"out_dtype": "float32"}],
+                         ids=["nk", "kn-bias", "out-f32"])
+def test_host_gemm_packed(kw):
+    check(gemm_case(300, 520, 1000, torch.bfloat16, CPU, seed_of("packed", str(kw)), **kw))
+
+
+def test_host_gemm_packed_fp8_block():
+    check(fp8_case(300, 528, 1008, CPU, seed_of("packed8"), a_scale="block", b_scale="block"))
+
+
 # gemm_gated: act(a @ gate^T + bias) * (a @ up^T + bias) for b [2n, k]; n as gemm's (200 outputs:
 # 400 rows of b, no tile's multiple)
 GATED_VARIANTS = {

@@ -1,14 +1,23 @@
 // Host GEMM and e4m3 quantisation (gemm/params.h): plain C++, float arithmetic.
 //
 // Gemm converts a once to floats (e4m3 values times their scales). The columns of out are cut
-// into panels of kTileCols; a thread takes a panel, converts those rows of b to floats (b [k, n]:
-// those columns, transposed), and computes the panel for every row of a, kTileRows rows at a
-// time: the dot products run kRows rows x kCols columns at once over kLanes partial sums each (a
-// fixed trip count, which GCC vectorizes; the partial sums added pairwise at the end), so that
-// every value of b loaded serves kRows rows and every value of a kCols columns. Each output's sum
-// runs in one order whatever rows and columns it is computed with and whichever thread: the same
-// bits for any thread count. No float copy of the whole of b is made (before, a 1 x 4096 x 4096
-// call spent 30 of its 40 ms converting 64 MB of b up front; now 1.7 ms, torch 1.2).
+// into panels of kTileCols; a thread takes a panel, converts those rows of b to floats, and
+// computes the panel for every row of a, kTileRows rows at a time. Each output's sum runs in one
+// order whatever rows and columns it is computed with and whichever thread: the same bits for any
+// thread count (a row's own bits depend on whether m reaches kPackRows). No float copy of the whole
+// of b is made (before, a 1 x 4096 x 4096 call spent 30 of its 40 ms converting 64 MB of b up
+// front; now 1.7 ms, torch 1.2).
+// - m >= kPackRows: the panel is packed k-major (bp [k][kTileCols], converted 16 x 16 at a time)
+//   and an outer-product micro-kernel keeps kMr x kNr sums in registers, each value of b loaded
+//   serving kMr rows and each of a kNr columns (fma, in k order from zero: the same bits in every
+//   tile shape and clone). 2-CPU Xeon (AVX-512) KVM guest, bf16, ms, dot products -> packed:
+//   96 x 256 x 384 1.05 -> 0.37, 300 x 520 x 1000 10.7 -> 2.8, 512 x 2048 x 2048 140 -> 26-30,
+//   64 x 4096 x 4096 76 -> 31.
+// - m < kPackRows (decode rows): dot products of kRows rows x kCols columns at once over kLanes
+//   partial sums each (the rows of b read as stored, no transposed copy), added pairwise at the
+//   end; packing b costs more than it saves there (16 x 4096 x 4096: 20.6 ms either way).
+// The threads run Panel, which has clones of its own: before, the workers ran a lambda compiled
+// for the baseline target (SSE2, no FMA) whatever the CPU.
 #include "host/gemm.h"
 
 #include <algorithm>
@@ -31,11 +40,13 @@ using gemm::Params;
 using gemm::QuantParams;
 using gemm::Scale;
 
-constexpr int64_t kRows = 4;         // rows per dot-product block: kRows x kLanes partial sums
-constexpr int64_t kCols = 2;         // columns of b per dot-product block (Dots2)
-constexpr int64_t kTileRows = 32;    // rows of a converted at a time
-constexpr int64_t kTileCols = 64;    // columns of out (rows of the float b) per tile
-constexpr double kThreadWork = 1e7;  // multiply-adds from which a call uses threads
+constexpr int64_t kRows = 4;          // rows per dot-product block: kRows x kLanes partial sums
+constexpr int64_t kCols = 2;          // columns of b per dot-product block (Dots2)
+constexpr int64_t kTileRows = 32;     // rows of a converted at a time
+constexpr int64_t kTileCols = 64;     // columns of out (rows of the float b) per tile
+constexpr double kThreadWork = 1e7;   // multiply-adds from which a call uses threads
+constexpr int64_t kPackRows = 32;     // rows of a from which the panel is packed k-major
+constexpr int64_t kMr = 8, kNr = 32;  // the micro-kernel's rows and columns (16 AVX-512 sums)
 constexpr int64_t kBlock = gemm::kScaleBlock;
 
 int64_t ElemSize(Elem t) { return t == Elem::kF32 ? 4 : t == Elem::kE4M3 ? 1 : 2; }
@@ -48,11 +59,21 @@ const char* At(const void* base, Elem t, int64_t row, int64_t ld, int64_t col = 
   return static_cast<const char*>(base) + (row * ld + col) * ElemSize(t);
 }
 
+// Every e4m3 value as a float (E4M3ToFloat's branches per element cost 3 ns: 96 x 256 x 384
+// e4m3 took 3 times bf16's time).
+struct E4M3Table {
+  float v[256];
+  E4M3Table() {
+    for (int i = 0; i < 256; ++i) v[i] = E4M3ToFloat(static_cast<uint8_t>(i));
+  }
+};
+const E4M3Table kE4M3;
+
 // n contiguous elements of type t at p, as floats.
 void Load(const char* p, Elem t, int64_t n, float* __restrict dst) {
   if (t == Elem::kE4M3) {
     const uint8_t* q = reinterpret_cast<const uint8_t*>(p);
-    for (int64_t i = 0; i < n; ++i) dst[i] = E4M3ToFloat(q[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = kE4M3.v[q[i]];
     return;
   }
   LoadFloats(p, HostType(t), n, dst);
@@ -122,11 +143,54 @@ inline void Dots2(const float* __restrict a, int64_t lda, const float* __restric
   }
 }
 
+// out[r][j] = sum over c of a[r * k + c] * bp[c * ldb + j], for R rows and C columns of a k-major
+// panel, by fma in c order from zero.
+template <int64_t R, int64_t C>
+inline void Micro(const float* __restrict a, int64_t k, const float* __restrict bp, int64_t ldb,
+                  float* __restrict out, int64_t ldo) {
+  float acc[R][C] = {};
+  for (int64_t c = 0; c < k; ++c) {
+    const float* b = bp + c * ldb;
+#pragma GCC unroll 8  // kMr
+    for (int64_t r = 0; r < R; ++r) {
+      const float av = a[r * k + c];
+#pragma GCC unroll 32  // kNr
+      for (int64_t j = 0; j < C; ++j) acc[r][j] = __builtin_fmaf(av, b[j], acc[r][j]);
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < C; ++j) out[r * ldo + j] = acc[r][j];
+}
+
+// Micro<R, C> for R < kMr rows: one row at a time (the same sums).
+template <int64_t C>
+inline void MicroRows(const float* a, int64_t k, const float* bp, int64_t ldb, int64_t rows,
+                      float* out, int64_t ldo) {
+  if (rows == kMr) return Micro<kMr, C>(a, k, bp, ldb, out, ldo);
+  for (int64_t r = 0; r < rows; ++r) Micro<1, C>(a + r * k, k, bp, ldb, out + r * ldo, ldo);
+}
+
+// Rows [r0, r0 + rows) of the output against a packed panel bp [k][kTileCols] of `cols` columns,
+// into res (kTileRows, kTileCols).
+void PackedBlock(const Params& p, const float* af, const float* bp, int64_t r0, int64_t rows,
+                 int64_t cols, float* __restrict res) {
+  const int64_t k = p.k;
+  for (int64_t r = 0; r < rows; r += kMr) {
+    const int64_t rr = std::min(kMr, rows - r);
+    const float* a = af + (r0 + r) * k;
+    float* o = res + r * kTileCols;
+    int64_t j = 0;
+    for (; j + kNr <= cols; j += kNr) MicroRows<kNr>(a, k, bp + j, kTileCols, rr, o + j, kTileCols);
+    for (; j + 8 <= cols; j += 8) MicroRows<8>(a, k, bp + j, kTileCols, rr, o + j, kTileCols);
+    for (; j < cols; ++j) MicroRows<1>(a, k, bp + j, kTileCols, rr, o + j, kTileCols);
+  }
+}
+
 // The output block of rows [r0, r0 + rows) and the panel's columns [c0, c0 + cols): af holds a's
 // rows as scaled floats (row r at af + r * k), bt the panel's rows of b (column c0 + j of out at
 // bt + j * k), res (kTileRows, kTileCols) the dot products before the bias and rounding.
-void Block(const Params& p, const float* af, const float* bt, const float* bias, int64_t r0,
-           int64_t rows, int64_t c0, int64_t cols, float* __restrict res) {
+void Block(const Params& p, const float* af, const float* bt, int64_t r0, int64_t rows,
+           int64_t cols, float* __restrict res) {
   const int64_t k = p.k;
   int64_t j = 0;
   for (; j + kCols <= cols; j += kCols) {  // kRows x kCols blocks, then the odd rows
@@ -156,6 +220,11 @@ void Block(const Params& p, const float* af, const float* bt, const float* bias,
       res[r * kTileCols + j] = dots[0];
     }
   }
+}
+
+// Rows [r0, r0 + rows) of res (kTileRows, kTileCols) plus the bias, rounded into out at column c0.
+void StoreBlock(const Params& p, const float* res, const float* bias, int64_t r0, int64_t rows,
+                int64_t c0, int64_t cols) {
   const int64_t osize = ElemSize(p.out_type);
   for (int64_t r = 0; r < rows; ++r) {
     char* dst = static_cast<char*>(p.out) + ((r0 + r) * p.ldc + c0) * osize;
@@ -165,11 +234,41 @@ void Block(const Params& p, const float* af, const float* bt, const float* bias,
   }
 }
 
-// Rows [c0, c0 + cols) of b as floats (b [k, n]: its columns), scaled: the panel's operand.
-void LoadPanel(const Params& p, int64_t c0, int64_t cols, float* __restrict bt,
+// Rows [c0, c0 + cols) of b as floats (b [k, n]: its columns), scaled: the panel's operand, as
+// bt [cols][k], or packed k-major as bp [k][kTileCols].
+void LoadPanel(const Params& p, int64_t c0, int64_t cols, bool packed, float* __restrict bt,
                std::vector<float>& row) {
   const int64_t k = p.k;
   const Elem in = p.in_type;
+  if (packed) {
+    if (p.b_layout == BLayout::kNK) {  // 16 x 16 blocks of b as floats, transposed
+      constexpr int64_t kT = 16;
+      row.resize(kT * kT);
+      float* blk = row.data();
+      for (int64_t cb = 0; cb < k; cb += kT) {
+        const int64_t kc = std::min(kT, k - cb);
+        for (int64_t j0 = 0; j0 < cols; j0 += kT) {
+          const int64_t jn = std::min(kT, cols - j0);
+          for (int64_t j = 0; j < jn; ++j) {
+            const int64_t col = c0 + j0 + j;
+            Load(At(p.b, in, col, p.ldb, cb), in, kc, blk + j * kT);
+            if (p.b_scale_kind != Scale::kNone) {  // a 16-aligned run lies in one 128-block
+              const float f = p.b_scale_kind == Scale::kTensor ? p.b_scale[0]
+                              : p.b_scale_kind == Scale::kRow
+                                  ? p.b_scale[col]
+                                  : p.b_scale[col / kBlock * p.b_scale_ld + cb / kBlock];
+              for (int64_t c = 0; c < kc; ++c) blk[j * kT + c] *= f;
+            }
+          }
+          for (int64_t c = 0; c < kc; ++c)
+            for (int64_t j = 0; j < jn; ++j) bt[(cb + c) * kTileCols + j0 + j] = blk[j * kT + c];
+        }
+      }
+    } else {  // b [k, n] (16-bit, no scales): the panel's rows are slices of b's rows
+      for (int64_t c = 0; c < k; ++c) Load(At(p.b, in, c, p.ldb, c0), in, cols, bt + c * kTileCols);
+    }
+    return;
+  }
   if (p.b_layout == BLayout::kNK) {
     for (int64_t j = 0; j < cols; ++j) {
       float* dst = bt + j * k;
@@ -182,6 +281,24 @@ void LoadPanel(const Params& p, int64_t c0, int64_t cols, float* __restrict bt,
       Load(At(p.b, in, c, p.ldb, c0), in, cols, row.data());
       for (int64_t j = 0; j < cols; ++j) bt[j * k + c] = row[j];
     }
+  }
+}
+
+// Panel t of out (columns t * kTileCols ..) for every row: its own clones, since the threads call
+// it from outside Gemm (a lambda run by std::thread is compiled for the baseline target only).
+XK_HOST_CLONES
+void Panel(const Params& p, const float* af, const float* bias, bool packed, int64_t t, float* bt,
+           float* res, std::vector<float>& row) {
+  const int64_t c0 = t * kTileCols, cols = std::min(kTileCols, p.n - c0);
+  LoadPanel(p, c0, cols, packed, bt, row);
+  for (int64_t r0 = 0; r0 < p.m; r0 += kTileRows) {
+    const int64_t rows = std::min(kTileRows, p.m - r0);
+    if (packed) {
+      PackedBlock(p, af, bt, r0, rows, cols, res);
+    } else {
+      Block(p, af, bt, r0, rows, cols, res);
+    }
+    StoreBlock(p, res, bias, r0, rows, c0, cols);
   }
 }
 
@@ -210,15 +327,11 @@ void Gemm(const Params& p) {
   };
   std::vector<Scratch> scratch(workers);
   for (Scratch& w : scratch) w.bt.resize(kTileCols * k), w.res.resize(kTileRows * kTileCols);
+  const bool packed = m >= kPackRows;
   std::atomic<int64_t> next{0};
   auto work_loop = [&](Scratch* w) {
     for (int64_t t = next++; t < panels; t = next++) {
-      const int64_t c0 = t * kTileCols, cols = std::min(kTileCols, n - c0);
-      LoadPanel(p, c0, cols, w->bt.data(), w->row);
-      for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
-        Block(p, af.data(), w->bt.data(), bias.data(), r0, std::min(kTileRows, m - r0), c0, cols,
-              w->res.data());
-      }
+      Panel(p, af.data(), bias.data(), packed, t, w->bt.data(), w->res.data(), w->row);
     }
   };
   std::vector<std::thread> threads;
