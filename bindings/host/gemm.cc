@@ -79,17 +79,19 @@ void Load(const char* p, Elem t, int64_t n, float* __restrict dst) {
   LoadFloats(p, HostType(t), n, dst);
 }
 
-// Multiplies v[0, k), row `row` of an e4m3 operand, by its scales: one per tensor, one per row, or
-// one per 128 values of k from row `block_row` of the scale matrix (a: the row; b: row / 128).
-void ApplyScales(float* __restrict v, int64_t k, const float* s, Scale kind, int64_t ld,
-                 int64_t row, int64_t block_row) {
+// Multiplies v[0, n), values k0 .. k0 + n of row `row` of an e4m3 operand, by their scales: one per
+// tensor, one per row, or one per 128 values of k from row `block_row` of the scale matrix (a: the
+// row; b: row / 128).
+void ApplyScales(float* __restrict v, int64_t n, const float* s, Scale kind, int64_t ld,
+                 int64_t row, int64_t block_row, int64_t k0 = 0) {
   if (kind == Scale::kNone) return;
-  for (int64_t c0 = 0; c0 < k; c0 += kBlock) {
+  for (int64_t c0 = 0; c0 < n;) {
+    const int64_t kb = (k0 + c0) / kBlock, c1 = std::min(n, (kb + 1) * kBlock - k0);
     const float f = kind == Scale::kTensor ? s[0]
                     : kind == Scale::kRow  ? s[row]
-                                           : s[block_row * ld + c0 / kBlock];
-    const int64_t c1 = std::min(k, c0 + kBlock);
+                                           : s[block_row * ld + kb];
     for (int64_t c = c0; c < c1; ++c) v[c] *= f;
+    c0 = c1;
   }
 }
 
@@ -252,13 +254,8 @@ void LoadPanel(const Params& p, int64_t c0, int64_t cols, bool packed, float* __
           for (int64_t j = 0; j < jn; ++j) {
             const int64_t col = c0 + j0 + j;
             Load(At(p.b, in, col, p.ldb, cb), in, kc, blk + j * kT);
-            if (p.b_scale_kind != Scale::kNone) {  // a 16-aligned run lies in one 128-block
-              const float f = p.b_scale_kind == Scale::kTensor ? p.b_scale[0]
-                              : p.b_scale_kind == Scale::kRow
-                                  ? p.b_scale[col]
-                                  : p.b_scale[col / kBlock * p.b_scale_ld + cb / kBlock];
-              for (int64_t c = 0; c < kc; ++c) blk[j * kT + c] *= f;
-            }
+            ApplyScales(blk + j * kT, kc, p.b_scale, p.b_scale_kind, p.b_scale_ld, col,
+                        col / kBlock, cb);
           }
           for (int64_t c = 0; c < kc; ++c)
             for (int64_t j = 0; j < jn; ++j) bt[(cb + c) * kTileCols + j0 + j] = blk[j * kT + c];
