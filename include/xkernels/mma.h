@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "xkernels/common.h"
 
@@ -72,6 +73,28 @@ XK_DEVICE void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// l0 += the sum of row g of the A fragment a, l1 += that of row g + 8: a times a 16 x 8 B of ones,
+// accumulated in place (the product's columns 1 and 3, the same sums again, are discarded). The
+// row sums of a softmax's P on the tensor cores, of the 16-bit P that the P V product uses.
+template <typename T>
+XK_DEVICE void rowsum_m16k16(float& l0, float& l1, const uint32_t (&a)[4]) {
+  static_assert(sizeof(T) == 2, "16-bit operands");
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr uint32_t kOnes = kBf16 ? 0x3F803F80u : 0x3C003C00u;
+#define XK_ROWSUM_MMA(TY)                                                                 \
+  asm volatile("{\n.reg .f32 d1, d3;\nmma.sync.aligned.m16n8k16.row.col.f32." TY "." TY   \
+               ".f32 {%0, d1, %1, d3}, {%2, %3, %4, %5}, {%6, %6}, {%0, 0f00000000, %1, " \
+               "0f00000000};\n}"                                                          \
+               : "+f"(l0), "+f"(l1)                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes))
+  if constexpr (kBf16) {
+    XK_ROWSUM_MMA("bf16");
+  } else {
+    XK_ROWSUM_MMA("f16");
+  }
+#undef XK_ROWSUM_MMA
 }
 
 // Two floats as one register of two 16-bit values (x in the lower half), rounded to nearest.

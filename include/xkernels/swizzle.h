@@ -51,6 +51,22 @@ struct SwizzledLane {
   }
 };
 
+// SwizzledLane in one register: chunk 2j + b of the row sits at offset off0 ^ (j << 5), off0 that
+// of chunk b (the row starts at a multiple of 128 bytes, and XOR-ing 2j into the chunk touches
+// bits 5-6 of the byte offset only). One register where SwizzledLane holds four, for one LOP3 per
+// address: for code short of registers.
+template <int kChunks>
+struct SwizzledLane1 {
+  uint32_t off0;  // bytes from the tile's base: chunk b of the thread's row
+
+  XK_DEVICE SwizzledLane1(int row, int b)
+      : off0(static_cast<uint32_t>((row * kChunks + ((row & 7) ^ b)) * 16)) {}
+  XK_DEVICE uint32_t at(int rows_down, int chunk) const {
+    return (off0 ^ static_cast<uint32_t>(((chunk / 2) % 4) << 5)) +
+           static_cast<uint32_t>((rows_down * kChunks + chunk / 8 * 8) * 16);
+  }
+};
+
 }  // namespace xkernels
 
 #endif  // XKERNELS_SWIZZLE_H_

@@ -37,7 +37,12 @@ cudaError_t LaunchTile(const Params& p, cudaStream_t stream, const DeviceProps& 
   if (blocks == 0) return cudaSuccess;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   void (*kernel)(Params) = nullptr;
-  XK_CUDA_TRY((PreparedKernel<Tl, T>(&kernel)));
+  if constexpr (Tl::kPipelinedKv) {  // a dense or ragged KV without soft cap: the kernel for it
+    if (p.kv_mode != KvMode::kPaged && !(p.logits_soft_cap > 0.f)) {
+      XK_CUDA_TRY((PreparedKernel<Tl, T, false>(&kernel)));
+    }
+  }
+  if (kernel == nullptr) XK_CUDA_TRY((PreparedKernel<Tl, T, true>(&kernel)));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_splits));
   const LaunchConfig lc(grid, dim3(Tl::kThreads), stream, 1, UsePDL(props), Tl::kSmemBytes);

@@ -6,8 +6,8 @@
 //   kv_head * group + R % group), so one pass over a key tile serves the whole GQA group.
 // - Q is loaded once (cp.async into a swizzled tile) and held in registers as mma A fragments.
 // - Keys and values stream through a ring of kStages shared-memory stages filled by cp.async (one
-//   commit group per tile; pipeline.h): S = Q K^T and O += P V run on tensor cores (mma.h) while
-//   the next tiles load.
+//   commit group per tile; pipeline.h; the prefill tiles: one for K and one for V, Tile's
+//   kPipelinedKv): S = Q K^T and O += P V run on tensor cores (mma.h) while the next tiles load.
 // - Online softmax in registers: running max and sum per row, O rescaled when the max moves; one
 //   normalisation at the end. Logits are scaled by sm_scale * log2(e) so that exp is ex2.approx.
 // - Causal and windowed tiles past the diagonal or before the window are skipped (the key range is
@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "xkernels/attention/params.h"
 #include "xkernels/common.h"
@@ -36,7 +37,7 @@ namespace xkernels::attention {
 // kWarpsKv warps, kTileKv keys per stage (kTileKv / kWarpsKv per warp, processed kKvStep at a
 // time: the registers of S), kStages stages, Q in registers or in shared memory.
 template <int kHeadDim_, int kWarpRows_, int kWarpsQ_, int kWarpsKv_, int kTileKv_, int kStages_,
-          int kKvStep_, bool kQInRegs_, bool kRowSumMma_ = false>
+          int kKvStep_, bool kQInRegs_, bool kRowSumMma_ = false, bool kPipelinedKv_ = false>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_, kWarpRows = kWarpRows_, kWarpsQ = kWarpsQ_;
   static constexpr int kWarpsKv = kWarpsKv_, kTileKv = kTileKv_, kStages = kStages_;
@@ -47,6 +48,14 @@ struct Tile {
   // The softmax's row sums as P x ones on the tensor cores (the sum of the 16-bit P that the
   // P V product uses) instead of FADDs on every element.
   static constexpr bool kRowSumMma = kRowSumMma_;
+  // The prefill loop (v4): a tile's K and V in separate commit groups (S = Q K^T waits for K
+  // only, P V for V; the next K loads under P V, the next V under the next S), copies predicated
+  // rather than branched around (zero-filled past the last tile), O rescaled at every tile, and
+  // the tiles that need no mask run a body compiled without it: no branch inside a tile's body.
+  // Two stages. With Q read from shared memory (head_dim 128: 255 registers), the ldmatrix lanes
+  // take one register each (SwizzledLane1).
+  static constexpr bool kPipelinedKv = kPipelinedKv_;
+  static constexpr bool kCompactLanes = kPipelinedKv && !kQInRegs;
   static constexpr int kThreads = 32 * kWarpsQ * kWarpsKv;
   static constexpr int kRows = kWarpRows * kWarpsQ;   // query rows of the block
   static constexpr int kMmaM = kWarpRows / 16;        // m16 fragments per warp
@@ -66,6 +75,7 @@ struct Tile {
   static_assert((kRows * kChunks) % kThreads == 0 && (kTileKv * kChunks) % kThreads == 0,
                 "tiles split evenly over the threads");
   static_assert(kStages >= 2, "at least double buffering");
+  static_assert(!kPipelinedKv || kStages == 2, "the pipelined K / V groups assume two stages");
 };
 
 namespace detail {
@@ -175,12 +185,15 @@ XK_DEVICE bool find_ragged_tile(const Params& p, int group, int block, int& b, i
 
 }  // namespace detail
 
-template <class Tl, typename T>
+// kGeneric: the KV layout (dense / ragged or paged) and the soft cap are read from p at run time;
+// false compiles a dense or ragged KV without soft cap only (the pipelined tiles' common case).
+template <class Tl, typename T, bool kGeneric = true>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
     AttentionKernel(const __grid_constant__ Params p) {
   constexpr int kD = Tl::kHeadDim, kMmaM = Tl::kMmaM, kChunks = Tl::kChunks;
   constexpr int kStages = Tl::kStages, kTileKv = Tl::kTileKv, kStep = Tl::kKvStep;
   constexpr int kDTiles = kD / 8;  // n8 fragments of a row of O
+  constexpr bool kPipe = Tl::kPipelinedKv;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int tile_of_block[2];
 
@@ -262,8 +275,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 
   const T* k_row0 = k + kv.k_base + chunk * 8;  // dense, ragged: key 0 of this thread's column
   const T* v_row0 = v + kv.v_base + chunk * 8;
-  const bool paged = p.kv_mode == KvMode::kPaged;
-  auto issue = [&](int j) {  // tile j's keys and values into its slot (zeros past the keys)
+  const bool paged = kGeneric && p.kv_mode == KvMode::kPaged;
+  // Tile j's keys (load_k) and values (load_v) into its slot, zeros at positions >= lim.
+  auto issue = [&](int j, int32_t lim, bool load_k, bool load_v) {
     const int slot = (j - j_begin) % kStages;
     const SwizzledTile<kTileKv, kChunks> dk = sK(slot), dv = sV(slot);
     if (paged) {
@@ -271,14 +285,18 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       for (int n = 0; n < kTileKv / kRowStep; ++n) {
         const int r = first_row + n * kRowStep;
         const int32_t pos = j * kTileKv + r;
-        const bool valid = pos < kv.len;
-        const int32_t at = valid ? pos : 0;
-        pipeline::cp_async_16(dk.at(r, chunk),
-                              k_row0 + detail::paged_offset(p, kv, at, p.k_stride_b, p.k_stride_t),
-                              valid);
-        pipeline::cp_async_16(dv.at(r, chunk),
-                              v_row0 + detail::paged_offset(p, kv, at, p.v_stride_b, p.v_stride_t),
-                              valid);
+        const bool valid = pos < lim;
+        const int32_t at = valid ? pos : 0;  // (a position of the request: kv.len > 0 here)
+        if (load_k) {
+          pipeline::cp_async_16(
+              dk.at(r, chunk), k_row0 + detail::paged_offset(p, kv, at, p.k_stride_b, p.k_stride_t),
+              valid);
+        }
+        if (load_v) {
+          pipeline::cp_async_16(
+              dv.at(r, chunk), v_row0 + detail::paged_offset(p, kv, at, p.v_stride_b, p.v_stride_t),
+              valid);
+        }
       }
     } else {  // rows kRowStep apart: one pointer each for K and V, stepped (few registers)
       const int32_t pos0 = j * kTileKv + first_row;
@@ -287,33 +305,38 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 #pragma unroll
       for (int n = 0; n < kTileKv / kRowStep; ++n) {
         const int r = first_row + n * kRowStep;
-        const bool valid = pos0 + n * kRowStep < kv.len;
-        pipeline::cp_async_16(dk.at(r, chunk), kp, valid);
-        pipeline::cp_async_16(dv.at(r, chunk), vp, valid);
+        const bool valid = pos0 + n * kRowStep < lim;
+        if (load_k) pipeline::cp_async_16(dk.at(r, chunk), kp, valid);
+        if (load_v) pipeline::cp_async_16(dv.at(r, chunk), vp, valid);
         kp += kRowStep * p.k_stride_t;
         vp += kRowStep * p.v_stride_t;
       }
     }
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (j_begin + s < j_end) issue(j_begin + s);
+  if constexpr (kPipe) {  // K of the first tile, then its V: two groups
+    if (j_begin < j_end) issue(j_begin, kv.len, true, false);
     pipeline::commit();
+    if (j_begin < j_end) issue(j_begin, kv.len, false, true);
+    pipeline::commit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (j_begin + s < j_end) issue(j_begin + s, kv.len, true, true);
+      pipeline::commit();
+    }
   }
 
   // ---- Q's A fragments of rows wq * kWarpRows .. + kWarpRows: into registers once, or from
   // shared memory at every product (q_at)
-  const SwizzledLane<kChunks> q_lane(wq * Tl::kWarpRows + (lane % 8) + ((lane / 8) % 2) * 8,
-                                     lane / 16);
+  using Lane = std::conditional_t<Tl::kCompactLanes, SwizzledLane1<kChunks>, SwizzledLane<kChunks>>;
+  const Lane q_lane(wq * Tl::kWarpRows + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
   auto q_at = [&](int mi, int kk) { return s_base + q_lane.at(mi * 16, 2 * kk); };
   // the thread's ldmatrix rows of K (B operand: keys as n) and V (transposed B: keys as k)
-  const SwizzledLane<kChunks> k_lane(wk * Tl::kWarpKv + (lane % 8) + (lane / 16) * 8,
-                                     (lane / 8) % 2);
-  const SwizzledLane<kChunks> v_lane(wk * Tl::kWarpKv + (lane % 8) + ((lane / 8) % 2) * 8,
-                                     lane / 16);
+  const Lane k_lane(wk * Tl::kWarpKv + (lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
+  const Lane v_lane(wk * Tl::kWarpKv + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
   constexpr int kQRegSteps = Tl::kQInRegs ? kD / 16 : 1;
-  uint32_t q_frag[kMmaM][kQRegSteps][4];  // (m16 fragment, k16 step, A registers)
-  pipeline::wait<kStages - 1>();
+  uint32_t q_frag[kMmaM][kQRegSteps][4];      // (m16 fragment, k16 step, A registers)
+  pipeline::wait<kPipe ? 2 : kStages - 1>();  // Q landed
   __syncthreads();
   if constexpr (Tl::kQInRegs) {
 #pragma unroll
@@ -334,19 +357,30 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     m[mi][0] = m[mi][1] = -math::kInf;
     l[mi][0] = l[mi][1] = 0.f;
   }
-  const float cap = p.logits_soft_cap;
+  const float cap = kGeneric ? p.logits_soft_cap : 0.f;
   const float scale2 = (cap > 0.f ? 1.f : p.sm_scale) * math::kLog2e;  // logits -> log2 units
   const float cap_in = cap > 0.f ? p.sm_scale / cap : 0.f;
 
-  // ---- the key tiles
-  for (int j = j_begin; j < j_end; ++j) {
-    pipeline::wait<kStages - 2>();
-    __syncthreads();  // tile j visible to all; every warp done with tile j - 1's slot
-    if (j + kStages - 1 < j_end) issue(j + kStages - 1);
-    pipeline::commit();
+  // ---- the key tiles: tile j's body, its mask kMask (kNoMask, kMasked, or kCheck: decided per
+  // tile at run time)
+  enum { kNoMask, kMasked, kCheck };
+  auto tile_body = [&](int j, auto mask_kind) {
+    constexpr int kMask = decltype(mask_kind)::value;
+    if constexpr (kPipe) {
+      pipeline::wait<1>();  // tile j's K landed (its V may still be in flight)
+      __syncthreads();      // ... for every warp; and every warp is done with tile j - 1's slots
+      issue(j + 1, j + 1 < j_end ? kv.len : 0, true, false);
+      pipeline::commit();
+    } else {
+      pipeline::wait<kStages - 2>();
+      __syncthreads();  // tile j visible to all; every warp done with tile j - 1's slot
+      if (j + kStages - 1 < j_end) issue(j + kStages - 1, kv.len, true, true);
+      pipeline::commit();
+    }
     const int slot = (j - j_begin) % kStages;
     const uint32_t tk = sK(slot).base, tv = sV(slot).base;
-    const bool masked = j * kTileKv < full_lo || (j + 1) * kTileKv > full_hi;
+    const bool masked =
+        kMask == kCheck ? j * kTileKv < full_lo || (j + 1) * kTileKv > full_hi : kMask == kMasked;
 
 #pragma unroll
     for (int step = 0; step < Tl::kWarpKv / kStep; ++step) {
@@ -379,7 +413,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         }
       }
       // soft cap, then the mask on boundary tiles
-      if (cap > 0.f) {
+      if (kGeneric && cap > 0.f) {
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi)
 #pragma unroll
@@ -438,9 +472,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           l[mi][half] = l[mi][half] * alpha[mi][half] + sum;
         }
       }
-      // O's rescale only when a row's max moved somewhere in the warp (rare after the first
-      // tiles; exact, since ex2(0) = 1)
-      if (__any_sync(0xffffffffu, moved)) {
+      // O's rescale: at every tile in the pipelined loop (no branch), else only when a row's max
+      // moved somewhere in the warp (rare after the first tiles; exact, since ex2(0) = 1)
+      if (kPipe || __any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
@@ -452,18 +486,23 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           }
         }
       }
+      if constexpr (kPipe) {
+        if (step == 0) {
+          pipeline::wait<1>();  // tile j's V landed (the next K may still be in flight)
+          __syncthreads();
+          issue(j + 1, j + 1 < j_end ? kv.len : 0, false, true);
+          pipeline::commit();
+        }
+      }
       // O += P V
-      float rowsum[kMmaM][4] = {};  // kRowSumMma: P x ones, (row g, g + 8) in (0, 2)
 #pragma unroll
       for (int ks = 0; ks < kStep / 16; ++ks) {
         uint32_t pa[kMmaM][4];
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi) {
           mma::c_to_a<T>(pa[mi], s[mi][2 * ks], s[mi][2 * ks + 1]);
-          if constexpr (Tl::kRowSumMma) {
-            const uint32_t ones = mma::pack2<T>(1.f, 1.f);
-            mma::mma_m16n8k16<T>(rowsum[mi], pa[mi], ones, ones);
-          }
+          // kRowSumMma: l += P x ones, on the tensor cores, into l in place
+          if constexpr (Tl::kRowSumMma) mma::rowsum_m16k16<T>(l[mi][0], l[mi][1], pa[mi]);
         }
 #pragma unroll
         for (int dn2 = 0; dn2 < kD / 16; ++dn2) {
@@ -476,14 +515,20 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           }
         }
       }
-      if constexpr (Tl::kRowSumMma) {  // whole rows: every lane of the quad holds the sum
-#pragma unroll
-        for (int mi = 0; mi < kMmaM; ++mi) {
-          l[mi][0] += rowsum[mi][0];
-          l[mi][1] += rowsum[mi][2];
-        }
+    }
+  };
+  if constexpr (kPipe) {  // the tiles inside [u0, u1) need no mask
+    const int u0 = min(j_end, max(j_begin, full_lo > 0 ? (full_lo + kTileKv - 1) / kTileKv : 0));
+    const int u1 = max(u0, min(j_end, max(0, full_hi) / kTileKv));
+    for (int j = j_begin; j < j_end; ++j) {
+      if (j < u0 || j >= u1) {
+        tile_body(j, std::integral_constant<int, kMasked>{});
+      } else {
+        tile_body(j, std::integral_constant<int, kNoMask>{});
       }
     }
+  } else {
+    for (int j = j_begin; j < j_end; ++j) tile_body(j, std::integral_constant<int, kCheck>{});
   }
   pipeline::wait<0>();
   pdl_release();
