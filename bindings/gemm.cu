@@ -311,18 +311,20 @@ void RunGemm(const char* op, Params& p, const TensorView& workspace, const Tenso
 
 // ------------------------------------------------------------------------------------- gemm
 
-// The operands of a 16-bit GEMM (gemm, gemm_gated) into p, checked: out [..., n] of out_type, bias
-// [bias_n] (absent, a's dtype or float32), row pitches, and on a GPU 16-byte aligned data with
-// pitches in multiples of 8 elements; the sizes (m, n, k below 2^31) and types.
-void SetOperands16(const char* op, Params& p, const TensorView& out, const TensorView& a,
-                   const TensorView& b, const TensorView& bias, int64_t m, int64_t n, int64_t k,
-                   int64_t bias_n, Elem in, Elem out_type) {
+// The operands of a GEMM into p, checked: out [..., n] of out_type, bias [bias_n] (absent, of
+// bias_type, named bias_what, or float32), row pitches, and on a GPU 16-byte aligned data with
+// the pitches of a and b in multiples of 16 bytes (8 16-bit or 16 e4m3 elements) and out's in
+// multiples of 8 elements; the sizes (m, n, k below 2^31) and types.
+void SetOperands(const char* op, Params& p, const TensorView& out, const TensorView& a,
+                 const TensorView& b, const TensorView& bias, int64_t m, int64_t n, int64_t k,
+                 int64_t bias_n, Elem in, Elem out_type, Elem bias_type, const char* bias_what) {
+  const int ab_align = in == Elem::kE4M3 ? 16 : 8;
   p.ldc = CheckOut(op, out, a, n, out_type);
-  p.bias = CheckBias(op, bias, a, bias_n, in, "a's dtype", &p.bias_type);
+  p.bias = CheckBias(op, bias, a, bias_n, bias_type, bias_what, &p.bias_type);
   p.lda = RowPitch(op, "a", a);
   p.ldb = RowPitch(op, "b", b);
-  CheckAligned(op, "a", a, p.lda, 8);
-  CheckAligned(op, "b", b, p.ldb, 8);
+  CheckAligned(op, "a", a, p.lda, ab_align);
+  CheckAligned(op, "b", b, p.ldb, ab_align);
   CheckAligned(op, "out", out, p.ldc, 8);
   p.a = Ptr(a), p.b = Ptr(b), p.out = Ptr(out);
   p.m = static_cast<int32_t>(m), p.n = static_cast<int32_t>(n), p.k = static_cast<int32_t>(k);
@@ -357,7 +359,7 @@ void GemmOp(TensorView out, TensorView workspace, TensorView a, TensorView b, Te
   const Elem out_type = OutType(op, out_dtype, in);
   CheckScalars(op, num_splits, kernel);
   Params p;
-  SetOperands16(op, p, out, a, b, bias, m, n, k, n, in, out_type);
+  SetOperands(op, p, out, a, b, bias, m, n, k, n, in, out_type, in, "a's dtype");
   p.b_layout = kn ? BLayout::kKN : BLayout::kNK;
   p.path = static_cast<Path>(kernel);
   RunGemm(op, p, workspace, a, num_splits);
@@ -367,9 +369,8 @@ void GemmOp(TensorView out, TensorView workspace, TensorView a, TensorView b, Te
 
 // out [..., n] = act(a @ b[:n]^T + bias[:n]) * (a @ b[n:]^T + bias[n:]) for b [2n, k] (the gate's
 // rows first): a gated MLP's gate and up projections and their act_and_mul in one GEMM.
-void GemmGatedOp(TensorView out, TensorView workspace, TensorView a, TensorView b,
-                 TensorView bias, int64_t act, int64_t out_dtype, int64_t num_splits,
-                 int64_t kernel) {
+void GemmGatedOp(TensorView out, TensorView workspace, TensorView a, TensorView b, TensorView bias,
+                 int64_t act, int64_t out_dtype, int64_t num_splits, int64_t kernel) {
   constexpr const char* op = "gemm_gated";
   CheckDeviceType(op, "a", a);
   const Elem in = Type16(op, "a", a);
@@ -395,7 +396,7 @@ void GemmGatedOp(TensorView out, TensorView workspace, TensorView a, TensorView 
   const Elem out_type = OutType(op, out_dtype, in);
   CheckScalars(op, num_splits, kernel);
   Params p;
-  SetOperands16(op, p, out, a, b, bias, m, n, k, rows, in, out_type);
+  SetOperands(op, p, out, a, b, bias, m, n, k, rows, in, out_type, in, "a's dtype");
   p.path = static_cast<Path>(kernel);
   p.act = static_cast<int32_t>(act);
   RunGemm(op, p, workspace, a, num_splits);
@@ -544,16 +545,7 @@ void GemmFp8Op(TensorView out, TensorView workspace, TensorView a, TensorView b,
                               << "): block scales go with block scales only (per-tensor and "
                                  "per-row scales mix)";
   }
-  p.ldc = CheckOut(op, out, a, n, out_type);
-  p.bias = CheckBias(op, bias, a, n, out_type, "out's dtype", &p.bias_type);
-  p.lda = RowPitch(op, "a", a);
-  p.ldb = RowPitch(op, "b", b);
-  CheckAligned(op, "a", a, p.lda, 16);
-  CheckAligned(op, "b", b, p.ldb, 16);
-  CheckAligned(op, "out", out, p.ldc, 8);
-  p.a = Ptr(a), p.b = Ptr(b), p.out = Ptr(out);
-  p.m = static_cast<int32_t>(m), p.n = static_cast<int32_t>(n), p.k = static_cast<int32_t>(k);
-  p.in_type = Elem::kE4M3, p.out_type = out_type;
+  SetOperands(op, p, out, a, b, bias, m, n, k, n, Elem::kE4M3, out_type, out_type, "out's dtype");
   p.b_layout = BLayout::kNK;
   p.path = static_cast<Path>(kernel);
   RunGemm(op, p, workspace, a, num_splits);

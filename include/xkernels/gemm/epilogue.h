@@ -84,65 +84,49 @@ XK_DEVICE float Gated(int act, float gate, float up) {
 }
 
 // out = the sum of the splits' partial tiles (+ bias), four columns per thread (n % 4 == 0).
-template <typename Out>
+// kGated: the partial tiles span 2n columns (gate, then up), and out [m, n] = act(gate sum + bias)
+// * (up sum + bias).
+template <typename Out, bool kGated>
 __global__ void SplitKReduce(const Params p) {
   pdl_wait();
+  constexpr int kParts = kGated ? 2 : 1;  // column ranges of n: the sum, or gate and up
   const int64_t quads = p.n / 4;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(p.m) * quads) return;
   const int64_t row = idx / quads;
   const int col = static_cast<int>(idx % quads) * 4;
-  const int64_t plane = static_cast<int64_t>(p.m) * p.n;
-  const float* src = p.workspace + row * p.n + col;
-  float4 s = *reinterpret_cast<const float4*>(src);
+  const int64_t width = kParts * static_cast<int64_t>(p.n);  // columns of a partial tile
+  const int64_t plane = static_cast<int64_t>(p.m) * width;
+  const float* src = p.workspace + row * width + col;
+  float4 s[kParts];
+#pragma unroll
+  for (int h = 0; h < kParts; ++h) s[h] = *reinterpret_cast<const float4*>(src + h * p.n);
   for (int z = 1; z < p.splits; ++z) {
-    const float4 v = *reinterpret_cast<const float4*>(src + z * plane);
-    s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+#pragma unroll
+    for (int h = 0; h < kParts; ++h) {
+      const float4 v = *reinterpret_cast<const float4*>(src + z * plane + h * p.n);
+      s[h].x += v.x, s[h].y += v.y, s[h].z += v.z, s[h].w += v.w;
+    }
   }
   pdl_release();
   if (p.bias != nullptr) {
-    const float2 b0 = LoadBiasPair(p.bias, p.bias_type, col);
-    const float2 b1 = LoadBiasPair(p.bias, p.bias_type, col + 2);
-    s.x += b0.x, s.y += b0.y, s.z += b1.x, s.w += b1.y;
+#pragma unroll
+    for (int h = 0; h < kParts; ++h) {
+      const float2 b0 = LoadBiasPair(p.bias, p.bias_type, h * p.n + col);
+      const float2 b1 = LoadBiasPair(p.bias, p.bias_type, h * p.n + col + 2);
+      s[h].x += b0.x, s[h].y += b0.y, s[h].z += b1.x, s[h].w += b1.y;
+    }
   }
   Out* dst = static_cast<Out*>(p.out) + row * p.ldc + col;
-  StorePair(dst, s.x, s.y);
-  StorePair(dst + 2, s.z, s.w);
-}
-
-// A gated product's: the splits' partial tiles span 2n columns (gate, then up); out [m, n] =
-// act(gate sum + bias) * (up sum + bias), four columns per thread.
-template <typename Out>
-__global__ void GatedSplitKReduce(const Params p) {
-  pdl_wait();
-  const int64_t quads = p.n / 4;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(p.m) * quads) return;
-  const int64_t row = idx / quads;
-  const int col = static_cast<int>(idx % quads) * 4;
-  const int64_t plane = static_cast<int64_t>(p.m) * 2 * p.n;
-  const float* src = p.workspace + row * 2 * p.n + col;
-  float4 g = *reinterpret_cast<const float4*>(src);
-  float4 u = *reinterpret_cast<const float4*>(src + p.n);
-  for (int z = 1; z < p.splits; ++z) {
-    const float4 a = *reinterpret_cast<const float4*>(src + z * plane);
-    const float4 b = *reinterpret_cast<const float4*>(src + z * plane + p.n);
-    g.x += a.x, g.y += a.y, g.z += a.z, g.w += a.w;
-    u.x += b.x, u.y += b.y, u.z += b.z, u.w += b.w;
+  if constexpr (kGated) {
+    constexpr bool kFast = sizeof(Out) == 2;
+    const float4 g = s[0], u = s[1];
+    StorePair(dst, Gated<kFast>(p.act, g.x, u.x), Gated<kFast>(p.act, g.y, u.y));
+    StorePair(dst + 2, Gated<kFast>(p.act, g.z, u.z), Gated<kFast>(p.act, g.w, u.w));
+  } else {
+    StorePair(dst, s[0].x, s[0].y);
+    StorePair(dst + 2, s[0].z, s[0].w);
   }
-  pdl_release();
-  if (p.bias != nullptr) {
-    const float2 g0 = LoadBiasPair(p.bias, p.bias_type, col);
-    const float2 g1 = LoadBiasPair(p.bias, p.bias_type, col + 2);
-    const float2 u0 = LoadBiasPair(p.bias, p.bias_type, p.n + col);
-    const float2 u1 = LoadBiasPair(p.bias, p.bias_type, p.n + col + 2);
-    g.x += g0.x, g.y += g0.y, g.z += g1.x, g.w += g1.y;
-    u.x += u0.x, u.y += u0.y, u.z += u1.x, u.w += u1.y;
-  }
-  constexpr bool kFast = sizeof(Out) == 2;
-  Out* dst = static_cast<Out*>(p.out) + row * p.ldc + col;
-  StorePair(dst, Gated<kFast>(p.act, g.x, u.x), Gated<kFast>(p.act, g.y, u.y));
-  StorePair(dst + 2, Gated<kFast>(p.act, g.z, u.z), Gated<kFast>(p.act, g.w, u.w));
 }
 
 // The sum of split-K's partial tiles (a gated product's too) into out.
@@ -150,7 +134,7 @@ template <typename Out>
 cudaError_t LaunchSplitKReduce(const Params& p, cudaStream_t stream, const DeviceProps& props) {
   constexpr int kBlock = 256;
   const int64_t threads = static_cast<int64_t>(p.m) * (p.n / 4);
-  return LaunchKernel(p.act >= 0 ? GatedSplitKReduce<Out> : SplitKReduce<Out>,
+  return LaunchKernel(p.act >= 0 ? SplitKReduce<Out, true> : SplitKReduce<Out, false>,
                       dim3(static_cast<unsigned>(ceil_div<int64_t>(threads, kBlock))), dim3(kBlock),
                       stream, props, 1, p);
 }
