@@ -50,6 +50,36 @@ def test_rmsnorm_bf16_output_is_the_rounded_float_result(cols):
     assert ulps.max() <= 1
 
 
+@pytest.mark.parametrize("shape", [(1,), (15,), (16,), (17,), (4099,), (3, 70)])
+def test_mul_add_bf16_is_one_fma_rounded_to_bfloat16(shape):
+    # a * b + c in one fma, rounded to float32 and then to bfloat16 (ties to even): with exponents
+    # in [-8, 8] the float64 sum is exact, so the reference is exact too. Lengths around the
+    # 16-value vector steps (AVX-512 path: a step and its scalar tail); a strided view of rows;
+    # specials: infinities, their NaN sum, and NaN inputs, which give NaN.
+    rng = np.random.default_rng(sum(shape))
+    def draw(size):
+        m = rng.uniform(1, 2, size) * rng.choice([-1.0, 1.0], size)
+        return (m * 2.0 ** rng.integers(-8, 9, size)).astype(np.float32).astype(BF16)
+    n = int(np.prod(shape))
+    a, b, c = (draw(n) for _ in range(3))
+    special = [(np.inf, 1, 0), (-np.inf, 2, 1), (np.inf, 1, -np.inf), (np.nan, 1, 0),
+               (1, 2, np.nan), (0, np.inf, 1)]
+    for i, (x, y, z) in enumerate(special[: min(n, len(special))]):
+        a[i], b[i], c[i] = x, y, z
+    if len(shape) == 2:  # the first columns of a wider array: rows with a pitch
+        wide = [np.zeros((shape[0], shape[1] + 9), BF16) for _ in range(3)]
+        for w, v in zip(wide, (a, b, c)):
+            w[:, : shape[1]] = v.reshape(shape)
+        a, b, c = (w[:, : shape[1]] for w in wide)
+    with np.errstate(invalid="ignore"):
+        exact = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
+        want = exact.astype(np.float32).astype(BF16)
+    got = xn.mul_add(a, b, c)
+    nan = np.isnan(exact)
+    assert np.isnan(got.astype(np.float32)[nan]).all()
+    assert (got[~nan].view(np.uint16) == want[~nan].view(np.uint16)).all()
+
+
 def test_retag_bfloat16_both_capsule_kinds_and_errors():
     x = np.arange(6, dtype=np.float32).astype(BF16).reshape(2, 3)
     for cap in (x.view(np.uint16).__dlpack__(max_version=(1, 0)), x.view(np.uint16).__dlpack__()):

@@ -26,6 +26,12 @@
 #include "host/parallel.h"
 #include "host/vmath.h"
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(XKERNELS_HOST_NO_CLONES)
+#include <immintrin.h>
+#define XK_HOST_AVX512_MUL_ADD 1
+#endif
+
 namespace xkernels::host {
 namespace {
 
@@ -313,6 +319,48 @@ inline float LoadAt(const char* __restrict p, int64_t k) {
   }
 }
 
+#ifdef XK_HOST_AVX512_MUL_ADD
+// bf16 out[k] = a[k] * b[k] + c[k] over a contiguous run, 16 values per step in AVX-512 registers:
+// the portable loop's arithmetic (one fma, FloatToBf16's round to nearest even, NaN made quiet),
+// so the same bits. GCC vectorized that loop for the x86-64-v4 clone in 256-bit halves, with its
+// constants re-broadcast in the loop. bf16 [1048576] on a Sapphire Rapids guest (2 CPUs), ms:
+// 1 thread 0.48 -> 0.32 (torch.addcmul 0.37), 2 threads 0.29-0.49 -> 0.16-0.17 (0.19-0.25).
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 LoadBf16x16(
+    const char* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));  // bits << 16
+}
+
+__attribute__((target("avx512f,avx512bw"), noinline)) void MulAddBf16Avx512(
+    const char* __restrict pa, const char* __restrict pb, const char* __restrict pc,
+    char* __restrict po, int64_t n) {
+  const __m512i round = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m512i u = _mm512_castps_si512(
+        _mm512_fmadd_ps(LoadBf16x16(pa + 2 * k), LoadBf16x16(pb + 2 * k), LoadBf16x16(pc + 2 * k)));
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(high, one)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i bits = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(po + 2 * k), _mm512_cvtepi32_epi16(bits));
+  }
+  for (; k < n; ++k) {
+    Store16(po + 2 * k,
+            FloatToBf16(std::fma(Bf16ToFloat(Load16(pa + 2 * k)), Bf16ToFloat(Load16(pb + 2 * k)),
+                                 Bf16ToFloat(Load16(pc + 2 * k)))));
+  }
+}
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+#endif
+
 // mul_add over an item whose four tensors share one dtype: one pass, each element converted in
 // registers (bf16 [1048576] on the CI machine, 2 threads: 1.21x -> 1.16x torch.addcmul),
 // instead of three staged conversions into float blocks and a fourth pass.
@@ -321,6 +369,12 @@ void MulAddSameType(const RowJob& j, const Item& it) {
   const char* pa = Addr(j.in, it.r, it.c0);
   const char* pb = Addr(j.in2, it.r, it.c0);
   const char* pc = Addr(j.in3, it.r, it.c0);
+#ifdef XK_HOST_AVX512_MUL_ADD
+  if (kT == DType::kBF16 && HasAvx512()) {
+    MulAddBf16Avx512(pa, pb, pc, Addr(j.out, it.r, it.c0), it.c1 - it.c0);
+    return;
+  }
+#endif
   StoreRow(j.out, it.r, it.c0, it.c1 - it.c0, [=](int64_t k) {
     return std::fma(LoadAt<kT>(pa, k), LoadAt<kT>(pb, k), LoadAt<kT>(pc, k));
   });
