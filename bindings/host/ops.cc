@@ -331,9 +331,10 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 LoadBf1
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));  // bits << 16
 }
 
-__attribute__((target("avx512f,avx512bw"), noinline)) void MulAddBf16Avx512(
-    const char* __restrict pa, const char* __restrict pb, const char* __restrict pc,
-    char* __restrict po, int64_t n) {
+// Returns the values done: n rounded down to a multiple of 16 (the caller's loop takes the rest).
+__attribute__((target("avx512f,avx512bw"), noinline)) int64_t
+MulAddBf16Avx512(const char* __restrict pa, const char* __restrict pb, const char* __restrict pc,
+                 char* __restrict po, int64_t n) {
   const __m512i round = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
   const __m512i quiet = _mm512_set1_epi32(0x40);
@@ -348,11 +349,7 @@ __attribute__((target("avx512f,avx512bw"), noinline)) void MulAddBf16Avx512(
     const __m512i bits = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(po + 2 * k), _mm512_cvtepi32_epi16(bits));
   }
-  for (; k < n; ++k) {
-    Store16(po + 2 * k,
-            FloatToBf16(std::fma(Bf16ToFloat(Load16(pa + 2 * k)), Bf16ToFloat(Load16(pb + 2 * k)),
-                                 Bf16ToFloat(Load16(pc + 2 * k)))));
-  }
+  return k;
 }
 
 bool HasAvx512() {
@@ -366,16 +363,17 @@ bool HasAvx512() {
 // instead of three staged conversions into float blocks and a fourth pass.
 template <DType kT>
 void MulAddSameType(const RowJob& j, const Item& it) {
-  const char* pa = Addr(j.in, it.r, it.c0);
-  const char* pb = Addr(j.in2, it.r, it.c0);
-  const char* pc = Addr(j.in3, it.r, it.c0);
+  int64_t c0 = it.c0;  // the first column left to the portable loop
 #ifdef XK_HOST_AVX512_MUL_ADD
   if (kT == DType::kBF16 && HasAvx512()) {
-    MulAddBf16Avx512(pa, pb, pc, Addr(j.out, it.r, it.c0), it.c1 - it.c0);
-    return;
+    c0 += MulAddBf16Avx512(Addr(j.in, it.r, c0), Addr(j.in2, it.r, c0), Addr(j.in3, it.r, c0),
+                           Addr(j.out, it.r, c0), it.c1 - c0);
   }
 #endif
-  StoreRow(j.out, it.r, it.c0, it.c1 - it.c0, [=](int64_t k) {
+  const char* pa = Addr(j.in, it.r, c0);
+  const char* pb = Addr(j.in2, it.r, c0);
+  const char* pc = Addr(j.in3, it.r, c0);
+  StoreRow(j.out, it.r, c0, it.c1 - c0, [=](int64_t k) {
     return std::fma(LoadAt<kT>(pa, k), LoadAt<kT>(pb, k), LoadAt<kT>(pc, k));
   });
 }
