@@ -352,7 +352,8 @@ def test_peer_failures_are_rows():
     by = {r["impl"]: r for r in rows}
     # the 3-D path fails, the 2-D fallback too: a failed row; the run goes on
     assert by["flashinfer (2-D)"]["ms"] is None
-    assert "failed: RuntimeError: kernel exploded" in by["flashinfer (2-D)"]["note"]
+    assert by["flashinfer (2-D)"]["note"] == ("failed: RuntimeError: kernel exploded; "
+                                              "(flashinfer (3-D): RuntimeError: kernel exploded)")
     assert by["liger"]["check"] == "failed" and "CHECK FAILED" in by["liger"]["note"]
     assert by["liger"]["ms"] is not None and by["xkernels"]["check"] == "ok"
     assert not ctx.xkernels_failed
@@ -391,6 +392,57 @@ def test_torch_fused_fallback_to_functional(monkeypatch):
     (row,) = rows
     assert row["impl"] == "torch (functional)" and row["check"] == "ok" and row["ms"] > 0
     assert "NotImplementedError" in row["note"]
+
+
+def test_first_call_walks_the_fallback_chain():
+    """bench.first_call: the impls of a fallback chain in turn while the call raises, the notes
+    naming the errors; every call raising, a failed note listing them all; a call past its time
+    limit counts as raising."""
+    def raising(msg):
+        def bind(s):
+            def call():
+                raise RuntimeError(msg)
+            return call
+        return bind
+
+    def slow(s):
+        return lambda: time.sleep(5)
+
+    def ok(s):
+        return lambda: s["x"]
+
+    checked = []
+
+    def check(got):
+        checked.append(got)
+        return None if got == 7 else "wrong"
+
+    def run(impl):
+        return impl.bind({"x": 7})()
+
+    b = bench.Impl("b", ok, "b's note")
+    first = bench.first_call(bench.Impl("a", raising("a broke"), "a's note", fallback=b), run,
+                             check)
+    assert first.impl is b and first.failed is None and first.bad is None and checked == [7]
+    assert first.notes == ["b's note", "(a: RuntimeError: a broke)"] and first.first_s >= 0
+    t, failed = bench.timed_impl(first, [{"x": 7}], _ctx({}))
+    assert failed is None and t.name == "b" and t.check == "ok" and t.calls == 1
+
+    chain = bench.Impl("a", raising("one"), fallback=bench.Impl(
+        "b", raising("two"), "b's note", fallback=bench.Impl("c", raising("three"))))
+    first = bench.first_call(chain, run, check)
+    assert first.impl.name == "c" and checked == [7]
+    assert first.failed == ("failed: RuntimeError: three; (a: RuntimeError: one); "
+                            "(b: RuntimeError: two)")
+
+    t0 = time.perf_counter()
+    first = bench.first_call(bench.Impl("slow", slow, fallback=bench.Impl("b", ok)), run,
+                             lambda got: "wrong", limit=lambda i: 0.2 if i.name == "slow" else None)
+    assert time.perf_counter() - t0 < 2
+    late = "CompileTimeout: compile took more than 0.2 s (--compile-timeout)"
+    assert first.impl.name == "b" and first.bad == "wrong" and first.notes == [f"(slow: {late})"]
+    first = bench.first_call(bench.Impl("slow", slow), run, check, limit=lambda i: 0.2)
+    assert first.failed == f"failed: {late}"
 
 
 # ------------------------------------------------------------------------------ the command
@@ -1337,10 +1389,10 @@ def test_gemm_compile_time_limit(monkeypatch):
     from xkernels import bench_gemm as bg
 
     t0 = time.perf_counter()
-    with pytest.raises(bg.CompileTimeout), bg.time_limit(0.2):
+    with pytest.raises(bench.CompileTimeout), bench.time_limit(0.2):
         time.sleep(5)
     assert time.perf_counter() - t0 < 2
-    with bg.time_limit(None):
+    with bench.time_limit(None):
         time.sleep(0.01)
     case = bg.quantize(40, 384, "row")
     ctx = _gemm_ctx(("torch.compile",), compile_timeout=0.2)

@@ -1261,17 +1261,81 @@ def run_check(check: Callable[..., str | None], *args: Any) -> str | None:
         return f"check raised {_error(e)}"
 
 
-def timed_impl(name: str, notes: list[str], bad: str | None, first_s: float, sets: list,
-               bind: Callable[[Any], Callable[[], Any]], ctx: Context,
-               **timer_kw: Any) -> tuple[_Timed, str | None]:
-    """What every family does after an impl's first call and check (`bad`: what failed): its
-    calls, one per set, captured in a GraphTimer (GPU, `timer_kw` its options) or timed (host).
-    Returns (the _Timed to sample, None), or (the _Timed, the note of the row that failed)."""
-    if bad:
-        notes.insert(0, f"CHECK FAILED: {bad}")
-    t = _Timed(name, notes, "failed" if bad else "ok", first_s, len(sets))
+class CompileTimeout(BaseException):
+    """Raised into a compile that outlasted --compile-timeout. Not an Exception, so that
+    Inductor's handlers (which note a failed autotuning choice and go on) do not swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Raise CompileTimeout in the main thread after `seconds` (SIGALRM); no limit when seconds is
+    None or <= 0, off the main thread, or without SIGALRM."""
+    if (not seconds or seconds <= 0 or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+
+    def expired(signum, frame):
+        raise CompileTimeout(f"compile took more than {seconds:g} s (--compile-timeout)")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        calls = [bind(s) for s in sets]
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass
+class FirstCall:
+    """What first_call returns: the impl that ran (where every call raised, the last one tried,
+    and `failed` the note of its row), its first call's seconds, its notes, and what its check
+    found wrong (`bad`)."""
+    impl: Impl
+    first_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    bad: str | None = None
+    failed: str | None = None
+
+
+def first_call(impl: Impl, call: Callable[[Impl], Any], check: Callable[[Any], str | None],
+               limit: Callable[[Impl], float | None] | None = None) -> FirstCall:
+    """An impl's first call, call(impl) on a check set, the impls of its fallback chain tried in
+    turn while it raises (each held to limit(impl) s, time_limit, where given); then
+    check(output) (run_check). first_s counts the calls (the first call compiles: torch.compile,
+    Triton, JIT), not the check; notes: the impl's note, then "(impl: error)" per call that
+    raised. Where every call raised, `failed`: "failed: <the last error>", then "(impl: error)"
+    per earlier call."""
+    tried: list[tuple[str, str]] = []  # (impl, error) of the calls that raised
+    t0 = time.perf_counter()
+    while True:
+        try:
+            with time_limit(limit(impl) if limit else None):
+                got = call(impl)
+            break
+        except (Exception, CompileTimeout) as e:  # noqa: BLE001
+            tried.append((impl.name, _error(e)))
+            if impl.fallback is None:
+                note = [f"failed: {tried[-1][1]}", *(f"({n}: {m})" for n, m in tried[:-1])]
+                return FirstCall(impl, failed="; ".join(note))
+            impl = impl.fallback
+    first_s = time.perf_counter() - t0
+    notes = ([impl.note] if impl.note else []) + [f"({n}: {m})" for n, m in tried]
+    return FirstCall(impl, first_s, notes, run_check(check, got))
+
+
+def timed_impl(first: FirstCall, sets: list, ctx: Context,
+               **timer_kw: Any) -> tuple[_Timed, str | None]:
+    """What every family does after an impl's first call and check (first_call): its calls, one
+    per set, captured in a GraphTimer (GPU, `timer_kw` its options) or timed (host). Returns
+    (the _Timed to sample, None), or (the _Timed, the note of the row that failed)."""
+    notes = first.notes
+    if first.bad:
+        notes.insert(0, f"CHECK FAILED: {first.bad}")
+    t = _Timed(first.impl.name, notes, "failed" if first.bad else "ok", first.first_s, len(sets))
+    try:
+        calls = [first.impl.bind(s) for s in sets]
         if ctx.gpu:
             t.timer = GraphTimer(calls, **timer_kw)
         else:
@@ -1284,27 +1348,16 @@ def timed_impl(name: str, notes: list[str], bad: str | None, first_s: float, set
 def prepare_impl(impl: Impl, op: str, attrs: dict, shape, sets: list[dict], pristine: dict,
                  ref: tuple, idx: list[int], ctx: Context, family: str,
                  nbytes: int) -> dict | _Timed:
-    """First call and check; then the graph captured (GPU) or the calls timed (host). A row
-    where the impl failed, else the _Timed to sample."""
-    notes = [impl.note] if impl.note else []
-    t0 = time.perf_counter()  # the first call compiles (torch.compile, Triton, FlashInfer JIT)
-    try:
-        got = impl.bind(_check_set(op, pristine))()
-    except Exception as e:  # noqa: BLE001
-        if impl.fallback is None:
-            return _row(ctx, family, op, shape, impl.name, None, nbytes, f"failed: {_error(e)}")
-        impl, notes = impl.fallback, [impl.fallback.note, f"({impl.name}: {_error(e)})"]
-        try:
-            got = impl.bind(_check_set(op, pristine))()
-        except Exception as e2:  # noqa: BLE001
-            return _row(ctx, family, op, shape, impl.name, None, nbytes, f"failed: {_error(e2)}")
-    first_s = time.perf_counter() - t0
-    bad = run_check(compare, got, ref, idx, ctx.dtype_name)
-    del got
-    t, failed = timed_impl(impl.name, notes, bad, first_s, sets, impl.bind, ctx,
-                           min_calls=ctx.graph_calls(nbytes))
+    """First call and check (first_call); then the graph captured (GPU) or the calls timed
+    (host). A row where the impl failed, else the _Timed to sample."""
+    first = first_call(impl, lambda i: i.bind(_check_set(op, pristine))(),
+                       lambda got: compare(got, ref, idx, ctx.dtype_name))
+    name = first.impl.name
+    if first.failed:
+        return _row(ctx, family, op, shape, name, None, nbytes, first.failed)
+    t, failed = timed_impl(first, sets, ctx, min_calls=ctx.graph_calls(nbytes))
     if failed:
-        return _row(ctx, family, op, shape, impl.name, None, nbytes, failed, check=t.check)
+        return _row(ctx, family, op, shape, name, None, nbytes, failed, check=t.check)
     return t
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -599,31 +598,18 @@ def _case_row(ctx: bench.Context, case: Case, impl: str, ms, note: str, design: 
 
 def prepare(impl: Impl, case: Case, sets: list[dict], check_set: dict, sel: list[int], ref,
             ctx: bench.Context) -> tuple[dict | bench._Timed, Impl]:
-    """As bench.prepare_impl: the first call (fallbacks tried in turn when it raises) and its
-    check, then the graph captured (GPU) or the calls timed (host). (A failed row, or the
-    _Timed to sample; the impl that ran)."""
-    tried: list[tuple[str, str]] = []  # (impl, error) of the calls that raised
-    t0 = time.perf_counter()  # the first call compiles (FlashInfer's JIT, cuDNN's plans)
-    cur = impl
-    while True:
-        try:
-            got = cur.bind(check_set)()
-            if cur.canon is not None:
-                got = cur.canon(got)
-            break
-        except Exception as e:  # noqa: BLE001
-            tried.append((cur.name, bench._error(e)))
-            if cur.fallback is None:
-                note = [f"failed: {tried[-1][1]}", *(f"({n}: {m})" for n, m in tried[:-1])]
-                return _case_row(ctx, case, cur.name, None, "; ".join(note),
-                                 design(cur, ctx)), cur
-            cur = cur.fallback
-    first_s = time.perf_counter() - t0
-    notes = ([cur.note] if cur.note else []) + [f"({n}: {m})" for n, m in tried]
-    bad = bench.run_check(check, case, got, sel, ref, ctx.dtype_name)
-    del got
-    t, failed = bench.timed_impl(cur.name, notes, bad, first_s, sets, cur.bind, ctx,
-                                 graph=cur.graph)
+    """As bench.prepare_impl: the first call (bench.first_call: fallbacks tried in turn when it
+    raises; canon applied, timed with the call) and its check, then the graph captured (GPU) or
+    the calls timed (host). (A failed row, or the _Timed to sample; the impl that ran)."""
+    def call(cur: Impl):
+        got = cur.bind(check_set)()
+        return got if cur.canon is None else cur.canon(got)
+
+    first = bench.first_call(impl, call, lambda got: check(case, got, sel, ref, ctx.dtype_name))
+    cur = first.impl
+    if first.failed:
+        return _case_row(ctx, case, cur.name, None, first.failed, design(cur, ctx)), cur
+    t, failed = bench.timed_impl(first, sets, ctx, graph=cur.graph)
     if failed:
         return _case_row(ctx, case, cur.name, None, failed, design(cur, ctx), check=t.check), cur
     return t, cur

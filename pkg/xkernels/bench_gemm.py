@@ -43,10 +43,7 @@ import contextlib
 import importlib.util
 import math
 import re
-import signal
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -736,32 +733,6 @@ def check(case: Case, got, sel: list[int], ref) -> str | None:
 # The run.
 
 
-class CompileTimeout(BaseException):
-    """Raised into a compile that outlasted --compile-timeout. Not an Exception, so that
-    Inductor's handlers (which note a failed autotuning choice and go on) do not swallow it."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float | None):
-    """Raise CompileTimeout in the main thread after `seconds` (SIGALRM); no limit when seconds is
-    None or <= 0, off the main thread, or without SIGALRM."""
-    if (not seconds or seconds <= 0 or not hasattr(signal, "setitimer")
-            or threading.current_thread() is not threading.main_thread()):
-        yield
-        return
-
-    def expired(signum, frame):
-        raise CompileTimeout(f"compile took more than {seconds:g} s (--compile-timeout)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _nbytes(case: Case) -> int | None:
     """The bytes GB/s counts: decode GEMMs and quantize only."""
     return bytes_moved(case) if case.decode or case.kind == "quantize" else None
@@ -784,28 +755,16 @@ def _case_row(ctx: bench.Context, case: Case, impl: Impl | None, name: str, ms, 
 
 def prepare(impl: Impl, case: Case, sets: list[dict], first: dict, sel: list[int], ref,
             ctx: bench.Context) -> tuple[dict | bench._Timed, Impl]:
-    """As bench_attention.prepare: the first call (fallbacks tried in turn when it raises; a
-    compiled impl's under --compile-timeout) and its check, then the graph captured (GPU) or the
-    calls timed (host). (A failed row, or the _Timed to sample; the impl that ran)."""
-    tried: list[tuple[str, str]] = []
-    cur = impl
-    t0 = time.perf_counter()
-    while True:
-        try:
-            with time_limit(ctx.compile_timeout if cur.compiled else None):
-                got = cur.bind(first)()
-            break
-        except (Exception, CompileTimeout) as e:  # noqa: BLE001
-            tried.append((cur.name, bench._error(e)))
-            if cur.fallback is None:
-                note = [f"failed: {tried[-1][1]}", *(f"({n}: {m})" for n, m in tried[:-1])]
-                return _case_row(ctx, case, cur, cur.name, None, "; ".join(note)), cur
-            cur = cur.fallback
-    first_s = time.perf_counter() - t0
-    notes = ([cur.note] if cur.note else []) + [f"({n}: {m})" for n, m in tried]
-    bad = bench.run_check(check, case, got, sel, ref)
-    del got
-    t, failed = bench.timed_impl(cur.name, notes, bad, first_s, sets, cur.bind, ctx)
+    """As bench_attention.prepare: the first call (bench.first_call: fallbacks tried in turn when
+    it raises; a compiled impl's held to --compile-timeout) and its check, then the graph captured
+    (GPU) or the calls timed (host). (A failed row, or the _Timed to sample; the impl that ran)."""
+    fc = bench.first_call(impl, lambda i: i.bind(first)(),
+                          lambda got: check(case, got, sel, ref),
+                          limit=lambda i: ctx.compile_timeout if i.compiled else None)
+    cur = fc.impl
+    if fc.failed:
+        return _case_row(ctx, case, cur, cur.name, None, fc.failed), cur
+    t, failed = bench.timed_impl(fc, sets, ctx)
     if failed:
         return _case_row(ctx, case, cur, cur.name, None, failed, check=t.check), cur
     return t, cur

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -339,18 +338,13 @@ def _case_row(ctx, case, impl, ms, note, **kw):
 
 def prepare(impl: Impl, case: Case, sets: list[dict], check_set: dict, sel, ref,
             ctx: bench.Context):
-    """The first call (on a copy of the first set) and its check, then the graph captured (GPU)
-    or the calls timed (host). A failed row, or the _Timed to sample."""
-    t0 = time.perf_counter()
-    try:
-        got = impl.bind(clone_set(check_set, case))()
-    except Exception as e:  # noqa: BLE001
-        return _case_row(ctx, case, impl.name, None, f"failed: {bench._error(e)}")
-    first_s = time.perf_counter() - t0
-    notes = [impl.note] if impl.note else []
-    bad = bench.run_check(check, case, got, sel, ref, ctx.dtype_name)
-    del got
-    t, failed = bench.timed_impl(impl.name, notes, bad, first_s, sets, impl.bind, ctx)
+    """The first call (bench.first_call, on a copy of the first set) and its check, then the
+    graph captured (GPU) or the calls timed (host). A failed row, or the _Timed to sample."""
+    first = bench.first_call(impl, lambda i: i.bind(clone_set(check_set, case))(),
+                             lambda got: check(case, got, sel, ref, ctx.dtype_name))
+    if first.failed:
+        return _case_row(ctx, case, impl.name, None, first.failed)
+    t, failed = bench.timed_impl(first, sets, ctx)
     if failed:
         return _case_row(ctx, case, impl.name, None, failed, check=t.check)
     return t
