@@ -9,6 +9,7 @@ test_attention_adapters.py; here the numbers."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -261,7 +262,7 @@ def _split_and_merge(case: Case, cuts, merge: str):
     cuts[i+1]) (each with its LSE): out and lse of the union."""
     q, k, v = case.args()
     attrs = {**case.attrs, "return_lse": True}
-    parts = [xt.attention(q, k[:, a:b], v[:, a:b], **attrs) for a, b in zip(cuts, cuts[1:])]
+    parts = [xt.attention(q, k[:, a:b], v[:, a:b], **attrs) for a, b in itertools.pairwise(cuts)]
     if merge == "merge_state":
         out, lse = parts[0]
         for o, s in parts[1:]:
@@ -302,7 +303,7 @@ def test_host_cascade_decode_over_two_page_tables():
     i32 = functools.partial(torch.tensor, dtype=torch.int32)
 
     def table(pages, lasts):
-        return (i32([0, *np.cumsum([len(p) for p in pages])]), i32(sum(pages, [])), i32(lasts))
+        return (i32([0, *np.cumsum([len(p) for p in pages])]), i32([x for p in pages for x in p]), i32(lasts))
 
     a = xt.decode_paged(q, cache_k, cache_v, *table([prefix] * 3, [ps] * 3), return_lse=True)
     b = xt.decode_paged(q, cache_k, cache_v, *table(own, last), return_lse=True)
@@ -454,16 +455,16 @@ def _bad_cases():
         ("head_dim-96", "attention", lambda: dense(2, 5, 9, 4, 2, 96, f16, CPU), {}, ValueError,
          r"attention: head_dim \(q's last dimension\) must be one of 64, 128, 256, got 96"),
         ("heads-6-over-4", "attention", lambda: dense(2, 5, 9, 6, 4, 64, f16, CPU), {},
-         ValueError, r"attention: num_qo_heads \(6, q\) must be a multiple of num_kv_heads "
-                     r"\(4, k\)"),
+         ValueError, (r"attention: num_qo_heads \(6, q\) must be a multiple of num_kv_heads "
+                     r"\(4, k\)")),
         ("q-3d", "attention", lambda: _with(att(), q=att().inputs["q"][0]), {}, ValueError,
          r"attention: q must be 4-D \[batch, q_len, num_qo_heads, head_dim\]"),
         ("q-last-dim-strided", "attention",
          lambda: _with(att(), q=randn((2, 5, 4, 128), f16, CPU, torch.Generator())[..., ::2]),
          {}, ValueError, r"attention: q must be contiguous in its last dimension, got stride 2"),
         ("out-shape", "attention", att, {"out": torch.empty(2, 5, 4, 128, dtype=f16)},
-         ValueError, r"attention: out must have shape \(2, 5, 4, 64\) \(q's shape\), got "
-                     r"\(2, 5, 4, 128\)"),
+         ValueError, (r"attention: out must have shape \(2, 5, 4, 64\) \(q's shape\), got "
+                     r"\(2, 5, 4, 128\)")),
         ("out-dtype", "attention", att, {"out": torch.empty(2, 5, 4, 64, dtype=torch.bfloat16)},
          TypeError, r"attention: out must have q's dtype float16, got bfloat16"),
         ("lse-without-return_lse", "attention", att,
@@ -485,29 +486,29 @@ def _bad_cases():
          r"attention: logits_soft_cap must be >= 0 and finite"),
         ("cu_seqlens_k-length", "attention_varlen",
          lambda: _with(var(), cu_seqlens_k=i32([0, 4, 9, 9])), {}, ValueError,
-         r"attention_varlen: cu_seqlens_k must have 3 entries \(cu_seqlens_q's length, "
-         r"batch \+ 1\), got 4"),
+         (r"attention_varlen: cu_seqlens_k must have 3 entries \(cu_seqlens_q's length, "
+         r"batch \+ 1\), got 4")),
         ("cu_seqlens_q-int64", "attention_varlen",
          lambda: _with(var(), cu_seqlens_q=torch.tensor([0, 3, 7])), {}, TypeError,
          r"attention_varlen: cu_seqlens_q must be int32, got int64"),
         ("cu_seqlens_q-past-q", "attention_varlen",
          lambda: _with(var(), cu_seqlens_q=i32([0, 3, 8])), {}, ValueError,
-         r"attention_varlen: cu_seqlens_q must be non-decreasing, from 0 up to 7 \(q's tokens\)"
-         r", got 8 at index 2"),
+         (r"attention_varlen: cu_seqlens_q must be non-decreasing, from 0 up to 7 \(q's tokens\)"
+         r", got 8 at index 2")),
         ("cu_seqlens_k-decreasing", "attention_varlen",
          lambda: _with(var(), cu_seqlens_k=i32([0, 5, 4])), {}, ValueError,
          r"attention_varlen: cu_seqlens_k must be non-decreasing"),
         ("kv_indptr-decreasing", "attention_paged",
          lambda: _with(pag(), kv_indptr=i32([0, 3, 2])), {}, ValueError,
-         r"attention_paged: kv_indptr must be non-decreasing, from 0 up to 5 \(kv_indices' "
-         r"length\), got 2 at index 2 after 3"),
+         (r"attention_paged: kv_indptr must be non-decreasing, from 0 up to 5 \(kv_indices' "
+         r"length\), got 2 at index 2 after 3")),
         ("kv_indptr-decreasing", "decode_paged",
          lambda: _with(dec(), kv_indptr=i32([0, 3, 2])), {}, ValueError,
          r"decode_paged: kv_indptr must be non-decreasing"),
         ("kv_indices-out-of-range", "attention_paged",
          lambda: _with(pag(), kv_indices=i32([0, 1, 2, 3, 6])), {}, ValueError,
-         r"attention_paged: kv_indices values must be in \[0, 5\] \(pages of k_cache\), got 6 "
-         r"at index 4"),
+         (r"attention_paged: kv_indices values must be in \[0, 5\] \(pages of k_cache\), got 6 "
+         r"at index 4")),
         ("kv_indices-negative", "decode_paged",
          lambda: _with(dec(), kv_indices=i32([0, 1, -1, 3, 4])), {}, ValueError,
          r"decode_paged: kv_indices values must be in \[0, 5\]"),
@@ -522,8 +523,8 @@ def _bad_cases():
          r"attention_paged: v_cache must have k_cache's shape"),
         ("heads-6-over-4", "decode_paged",
          lambda: decode([6, 9], None, 4, "NHD", 6, 4, 64, f16, CPU), {}, ValueError,
-         r"decode_paged: num_qo_heads \(6, q\) must be a multiple of num_kv_heads \(4, "
-         r"k_cache\)"),
+         (r"decode_paged: num_qo_heads \(6, q\) must be a multiple of num_kv_heads \(4, "
+         r"k_cache\)")),
         ("q-2d", "decode_paged", lambda: _with(dec(), q=dec().inputs["q"][0]), {}, ValueError,
          r"decode_paged: q must be 3-D \[batch, num_qo_heads, head_dim\] or 4-D"),
         ("kv_layout", "decode_paged", dec, {"kv_layout": "NDH"}, ValueError,
@@ -538,8 +539,8 @@ def _bad_cases():
          ValueError, r"merge_state: v_b must have v_a's shape"),
         ("v-2d", "merge_states",
          lambda: _with(_small("merge_states"), v=_small("merge_states").inputs["v"][0, 0]), {},
-         ValueError, r"merge_states: v must be at least 3-D \[\.\.\., num_states, heads, "
-                     r"head_dim\]"),
+         ValueError, (r"merge_states: v must be at least 3-D \[\.\.\., num_states, heads, "
+                     r"head_dim\]")),
         ("s-shape", "merge_states",
          lambda: _with(_small("merge_states"), s=_small("merge_states").inputs["s"][:, :1]), {},
          ValueError, r"merge_states: s must have shape \(3, 2, 4\)"),

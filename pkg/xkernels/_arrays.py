@@ -97,8 +97,8 @@ def _attention_source(op: Op, b: Backend) -> str:
                       for x in dict.fromkeys(op.aliases.values())]
     for o in op.outputs if not op.in_place else ():
         lines += [f"    if {o.name} is None:",
-                  f"        {o.name} = _empty({ac.shape(op, o)}, "
-                  f"{ac.dtype(o, f'{o.like}.dtype')}, {o.like})",
+                  (f"        {o.name} = _empty({ac.shape(op, o)}, "
+                   f"{ac.dtype(o, f'{o.like}.dtype')}, {o.like})"),
                   "    else:",
                   f"        if type({o.name}) is not _A: _check({op.name!r}, {o.name!r}, {o.name})"]
         if b.read_only:

@@ -160,7 +160,7 @@ class Attr:
             return self.choices.index(value)
         if self.type is float:
             # one NaN object: NaNs compare unequal, so cache keys of encoded attrs need the same one
-            return _NAN if value is None or value != value else float(value)
+            return _NAN if value is None or value != value else float(value)  # noqa: PLR0124
         if self.type is bool:
             if not isinstance(value, (bool, int)) or value not in (0, 1):
                 raise TypeError(f"{self.name} must be a bool, got {value!r}")

@@ -164,7 +164,8 @@ def _attend(xp, q, k, v, causal, window_left, cap, scale):
 
 
 def _scale(sm_scale, head_dim):
-    return 1.0 / math.sqrt(head_dim) if sm_scale is None or sm_scale != sm_scale else sm_scale
+    nan = sm_scale != sm_scale  # noqa: PLR0124 (NaN, whatever numeric type it came as)
+    return 1.0 / math.sqrt(head_dim) if sm_scale is None or nan else sm_scale
 
 
 def _run(xp, q, requests, q_shape, causal, window_left, logits_soft_cap, sm_scale):
