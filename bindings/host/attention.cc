@@ -11,22 +11,20 @@
 // each value vector serving kRows rows. 2-CPU Xeon (AVX-512) KVM guest, bf16, 2 threads, ms, the
 // float-array loops before -> Vec: s 1024, GQA 8/2, d 128, causal 336 -> 24 (torch's CPU flash
 // attention, oneDNN on AMX: 5.5); s 256, 4/2, d 64 12.5 -> 0.94; decode of one token over 4096
-// keys, GQA 32/8, 13.2 -> 3.0-3.7. Large calls spread the items over std::threads; an item's
-// arithmetic does not depend on the thread that runs it. Chunks bound an item's buffers to the
-// cache, and convert each key once per chunk (next to the chunk's 4 * kChunkRows * head_dim flops
-// per key).
+// keys, GQA 32/8, 13.2 -> 3.0-3.7. Calls spread their items over the host pool (parallel.h); an
+// item's arithmetic does not depend on the thread that runs it. Chunks bound an item's buffers to
+// the cache, and convert each key once per chunk (next to the chunk's 4 * kChunkRows * head_dim
+// flops per key).
 #include "host/attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "host/convert.h"
+#include "host/parallel.h"
 #include "host/vmath.h"
 
 namespace xkernels::host {
@@ -41,7 +39,8 @@ constexpr int64_t kElem = 2;         // bytes of an element of q, k, v and out (
 constexpr int64_t kRows = 4;         // query rows per block: 4 x 4 Vec partial results a product
 constexpr int64_t kChunkRows = 256;  // query rows per work item, to share out long prefills
 constexpr int64_t kTile = 64;        // keys converted at a time: a tile stays in cache
-constexpr double kThreadWork = 1e7;  // multiply-adds from which a call uses threads
+// multiply-adds that cost about as much as an element of parallel.h's kMinWorkPerThread
+constexpr int64_t kMacsPerElement = 16;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -337,34 +336,20 @@ void Attention(const Params& p, DType dtype) {
         items.push_back({b, hk, t0, std::min(rq.q_len, t0 + chunk)});
   }
   if (items.empty()) return;
-  // Buffers of every worker, allocated here so that running out of memory throws to the caller.
   const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
   const int64_t rows = chunk * group;
-  int64_t workers = 1;
-  if (work > kThreadWork) {
-    workers = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                static_cast<int64_t>(items.size()));
-  }
-  std::vector<Scratch> scratch(workers);
-  for (Scratch& w : scratch) {
-    w.k.resize(kTile * d_len), w.v.resize(kTile * dp), w.s.resize(kRows * kTile);
-    w.row.resize(dp), w.q.resize(rows * d_len), w.o.resize(rows * dp), w.m.resize(rows);
-    w.l.resize(rows), w.rng.resize(rows);
-  }
-  std::atomic<size_t> next{0};
-  auto work_loop = [&](Scratch* w) {
-    for (size_t i = next++; i < items.size(); i = next++) RunItem(p, dtype, items[i], *w);
-  };
-  std::vector<std::thread> threads;
-  for (int64_t i = 1; i < workers; ++i) {
-    try {
-      threads.emplace_back(work_loop, &scratch[i]);
-    } catch (const std::system_error&) {
-      break;  // no more threads: the others take the remaining items
-    }
-  }
-  work_loop(&scratch[0]);
-  for (std::thread& t : threads) t.join();
+  const int64_t n = static_cast<int64_t>(items.size());
+  // the pool's threads (parallel.h), each with its own buffers, kept between calls
+  ParallelFor(n, static_cast<int64_t>(work / n / kMacsPerElement), [&](int64_t i0, int64_t i1) {
+    thread_local Scratch w;
+    const auto grow = [](auto& v, int64_t size) {
+      if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+    };
+    grow(w.k, kTile * d_len), grow(w.v, kTile * dp), grow(w.s, kRows * kTile), grow(w.row, dp);
+    grow(w.q, rows * d_len), grow(w.o, rows * dp), grow(w.m, rows), grow(w.l, rows);
+    grow(w.rng, rows);
+    for (int64_t i = i0; i < i1; ++i) RunItem(p, dtype, items[i], w);
+  });
 }
 
 XK_HOST_CLONES

@@ -2,7 +2,7 @@
 
 Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`) plus the
 host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`, `rope.cc`: plain C++;
-the row ops' with the thread pool of `parallel.cc`), linked into `<name>.so`.
+the row ops' and attention's with the thread pool of `parallel.cc`), linked into `<name>.so`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("activation", ("bindings/activation.cu",), _HOST),
         ModuleSpec("norm", ("bindings/norm.cu",), _HOST),
         ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
-        ModuleSpec("attention", ("bindings/attention.cu",), ("bindings/host/attention.cc",)),
+        ModuleSpec("attention", ("bindings/attention.cu",),
+                   ("bindings/host/attention.cc", "bindings/host/parallel.cc")),
         ModuleSpec("gemm", ("bindings/gemm.cu",), ("bindings/host/gemm.cc", *_HOST)),
         ModuleSpec("rope", ("bindings/rope.cu",), ("bindings/host/rope.cc",)),
     )
