@@ -4,23 +4,25 @@
 // chunk of tokens x the kv head's query heads). An item walks its keys in tiles of kTile, as the
 // kernels do: each tile's keys and values are converted to float once, and then serve every row
 // of the item, which keeps an online softmax (running max, sum and unnormalised output). Keys go
-// in blocks of kLanes keys, dimension-major (k[block][d][lane]), values key-major (v[key][d]).
-// Rows go kRows at a time, and both products keep kRows x 4 vectors of kLanes partial results in
-// registers (Vec): S = Q K^T as one vector of kLanes scores per (row, key block), each key block
-// loaded serving kRows rows; O += P V as one vector of kLanes output dims per (row, dim block),
-// each value vector serving kRows rows. 2-CPU Xeon (AVX-512) KVM guest, bf16, 2 threads, ms, the
-// float-array loops before -> Vec: s 1024, GQA 8/2, d 128, causal 336 -> 24 (torch's CPU flash
-// attention, oneDNN on AMX: 5.5); s 256, 4/2, d 64 12.5 -> 0.94; decode of one token over 4096
-// keys, GQA 32/8, 13.2 -> 3.0-3.7. Calls spread their items over the host pool (parallel.h); an
-// item's arithmetic does not depend on the thread that runs it. Chunks bound an item's buffers to
-// the cache, and convert each key once per chunk (next to the chunk's 4 * kChunkRows * head_dim
-// flops per key).
+// in blocks of W keys, dimension-major (k[block][d][lane]), values key-major (v[key][d]), W the
+// floats of the CPU's vector registers (16 AVX-512, 8 AVX2, 4 SSE or NEON). Rows go R at a time,
+// and both products keep R x NB vectors of W partial results in registers: S = Q K^T as one vector
+// of W scores per (row, key block), each key block loaded serving R rows; O += P V as one vector of
+// W output dims per (row, dim block), each value vector serving R rows. Every score and output is
+// one sum in d or key order whatever W, R and NB: the same bits on every CPU. 2-CPU Xeon KVM guest,
+// bf16, 2 threads, ms, float-array loops before -> vectors (AVX-512 / AVX2 / SSE2 builds): s 1024,
+// GQA 8/2, d 128, causal 336 -> 23 / 35 / 131 (torch's CPU SDPA, oneDNN on AMX: 4-7); s 256, 4/2,
+// d 64 12.5 -> 0.9 / 1.9 / 6.7; one token over 4096 keys, GQA 32/8, 13.2 -> 2.7 / 4.1 / 6.7. Calls
+// spread their items over the host pool (parallel.h); an item's arithmetic does not depend on the
+// thread that runs it. Chunks bound an item's buffers to the cache, and convert each key once per
+// chunk (next to the chunk's 4 * kChunkRows * head_dim flops per key).
 #include "host/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "host/convert.h"
@@ -36,7 +38,7 @@ using attention::Params;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kElem = 2;         // bytes of an element of q, k, v and out (16-bit floats)
-constexpr int64_t kRows = 4;         // query rows per block: 4 x 4 Vec partial results a product
+constexpr int64_t kRows = 4;         // query rows per product pass
 constexpr int64_t kChunkRows = 256;  // query rows per work item, to share out long prefills
 constexpr int64_t kTile = 64;        // keys converted at a time: a tile stays in cache
 // multiply-adds that cost about as much as an element of parallel.h's kMinWorkPerThread
@@ -97,73 +99,97 @@ struct Scratch {
   std::vector<Range> rng;
 };
 
-// kLanes floats as one value: GCC and Clang compile its arithmetic lane by lane (IEEE float, no
-// contraction) to the clone's vectors: one AVX-512 register, two AVX2 ones, four SSE or NEON ones.
-// The products keep their R x NB partial results in such values, so that they stay in registers
-// (the same loops over float arrays, before, left them in memory: 5-7 GFLOP/s, 2-CPU Xeon).
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+// W floats as one value (GCC and Clang vector extensions): its arithmetic runs lane by lane
+// (IEEE float, no contraction) in one register of the CPU's vectors where W matches their width.
+// The products keep R x NB partial results in such values, so that they stay in registers (loops
+// over float arrays, before, left them in memory: 5-7 GFLOP/s on a 2-CPU Xeon). Each call uses the
+// width of the CPU it runs on (VectorLanes): wider values are split into pieces that GCC moves
+// through memory (16 floats on AVX2: 3 GFLOP/s).
+template <int64_t W>
+struct VecOf {
+  typedef float type __attribute__((vector_size(W * sizeof(float))));
+};
 // (Vec values cross only inline functions of this file: no ABI to keep.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
-constexpr int64_t kBlocks = kTile / kLanes;  // key blocks of a tile
-constexpr int64_t kDBlocks = 4;              // output blocks of kLanes dims per pass of P V
 
-inline Vec LoadV(const float* p) {
-  Vec v;
+template <int64_t W>
+inline typename VecOf<W>::type LoadV(const float* p) {
+  typename VecOf<W>::type v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void StoreV(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
-inline Vec Splat(float x) { return Vec{} + x; }
+template <class V>
+inline void StoreV(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-// s[r][(b0 + b) * kLanes ..] = sm_scale * (q[r] . k) for R rows and key blocks [b0, b0 + NB) of
-// kb[kBlocks][d][kLanes]: every key block loaded serves R rows and every q[r][d] NB blocks; each
+// Floats per vector register of the code that runs: with XK_HOST_CLONES, the clone of this CPU
+// (x86-64-v4: 16, AVX-512; v3: 8, AVX2; else 4); without, the target it was compiled for.
+inline int64_t VectorLanes() {
+#if defined(XK_HOST_CLONED)
+  static const int64_t lanes = __builtin_cpu_supports("x86-64-v4")   ? 16
+                               : __builtin_cpu_supports("x86-64-v3") ? 8
+                                                                     : 4;
+  return lanes;
+#elif defined(__AVX512F__)
+  return 16;
+#elif defined(__AVX2__)
+  return 8;
+#else
+  return 4;
+#endif
+}
+
+// s[r][(b0 + b) * W ..] = sm_scale * (q[r] . k) for R rows and key blocks [b0, b0 + NB) of
+// kb[kTile / W][d][W]: every key block loaded serves R rows and every q[r][d] NB blocks; each
 // score summed over d in order.
-template <int64_t R, int64_t NB>
+template <int64_t W, int64_t R, int64_t NB>
 inline void Scores(const float* __restrict q, int64_t d_len, const float* __restrict kb, int64_t b0,
                    float sm_scale, float* __restrict s) {
-  Vec acc[R][NB] = {};
-  const float* __restrict k = kb + b0 * d_len * kLanes;
+  using V = typename VecOf<W>::type;
+  V acc[R][NB] = {};
+  const float* __restrict k = kb + b0 * d_len * W;
   for (int64_t d = 0; d < d_len; ++d) {
-    Vec kv[NB];
-    for (int64_t b = 0; b < NB; ++b) kv[b] = LoadV(k + (b * d_len + d) * kLanes);
+    V kv[NB];
+    for (int64_t b = 0; b < NB; ++b) kv[b] = LoadV<W>(k + (b * d_len + d) * W);
     for (int64_t r = 0; r < R; ++r) {
-      const Vec qd = Splat(q[r * d_len + d]);
+      const V qd = V{} + q[r * d_len + d];
       for (int64_t b = 0; b < NB; ++b) acc[r][b] += qd * kv[b];
     }
   }
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t b = 0; b < NB; ++b)
-      StoreV(s + r * kTile + (b0 + b) * kLanes, acc[r][b] * sm_scale);
-  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t b = 0; b < NB; ++b) StoreV(s + r * kTile + (b0 + b) * W, acc[r][b] * sm_scale);
 }
 
-// o[r][(c0 + c) * kLanes ..] = o * scale[r] + the sum over keys [lo, hi) of s[r][t] v[t], for R
-// rows and output blocks [c0, c0 + NC) of vb[kTile][dp]; each sum in key order.
-template <int64_t R, int64_t NC>
+// o[r][(c0 + c) * W ..] = o * scale[r] + the sum over keys [lo, hi) of s[r][t] v[t], for R rows
+// and output blocks [c0, c0 + NC) of W dims of vb[kTile][dp]; each sum in key order.
+template <int64_t W, int64_t R, int64_t NC>
 inline void AddValues(const float* __restrict s, int64_t lo, int64_t hi, const float* __restrict vb,
                       int64_t dp, int64_t c0, const float* scale, float* __restrict o) {
-  Vec acc[R][NC];
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t c = 0; c < NC; ++c) acc[r][c] = LoadV(o + r * dp + (c0 + c) * kLanes) * scale[r];
-  }
+  using V = typename VecOf<W>::type;
+  V acc[R][NC];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < NC; ++c) acc[r][c] = LoadV<W>(o + r * dp + (c0 + c) * W) * scale[r];
   for (int64_t t = lo; t < hi; ++t) {
-    Vec vv[NC];
-    for (int64_t c = 0; c < NC; ++c) vv[c] = LoadV(vb + t * dp + (c0 + c) * kLanes);
+    V vv[NC];
+    for (int64_t c = 0; c < NC; ++c) vv[c] = LoadV<W>(vb + t * dp + (c0 + c) * W);
     for (int64_t r = 0; r < R; ++r) {
-      const Vec w = Splat(s[r * kTile + t]);
+      const V w = V{} + s[r * kTile + t];
       for (int64_t c = 0; c < NC; ++c) acc[r][c] += w * vv[c];
     }
   }
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < NC; ++c) StoreV(o + r * dp + (c0 + c) * kLanes, acc[r][c]);
+    for (int64_t c = 0; c < NC; ++c) StoreV(o + r * dp + (c0 + c) * W, acc[r][c]);
 }
 
 // One key tile for R query rows q[R][d]: keys own[r] (tile-relative) of row r, from
-// kb[kBlocks][d][kLanes] and vb[kTile][dp]. Updates each row's online softmax: m the max score so
-// far, l the sum of exp(score - m), o[dp] the sum of exp(score - m) v.
-template <int64_t R>
+// kb[kTile / W][d][W] and vb[kTile][dp], NB blocks of W keys or output dims per product pass.
+// Updates each row's online softmax: m the max score so far, l the sum of exp(score - m), o[dp]
+// the sum of exp(score - m) v. (Each score and output is one sum in key or d order whatever R and
+// NB: the same bits from every blocking.)
+template <int64_t W, int64_t R, int64_t NB>
 void TileRows(const Params& p, const float* __restrict q, const Range* own,
               const float* __restrict kb, const float* __restrict vb, float* __restrict s,
               float* __restrict o, float* __restrict m, float* __restrict l) {
@@ -174,21 +200,22 @@ void TileRows(const Params& p, const float* __restrict q, const Range* own,
   }
   if (all.hi <= all.lo) return;
   const int64_t lo = all.lo, hi = all.hi;
-  // s = q . k * sm_scale over whole key blocks
-  const int64_t b0 = lo / kLanes;
-  switch ((hi + kLanes - 1) / kLanes - b0) {
-    case 1:
-      Scores<R, 1>(q, d_len, kb, b0, p.sm_scale, s);
-      break;
-    case 2:
-      Scores<R, 2>(q, d_len, kb, b0, p.sm_scale, s);
-      break;
-    case 3:
-      Scores<R, 3>(q, d_len, kb, b0, p.sm_scale, s);
-      break;
-    default:
-      Scores<R, kBlocks>(q, d_len, kb, b0, p.sm_scale, s);
-      break;
+  // s = q . k * sm_scale over whole key blocks, NB at a time
+  for (int64_t b0 = lo / W, b1 = (hi + W - 1) / W; b0 < b1; b0 += NB) {
+    switch (std::min(NB, b1 - b0)) {
+      case 1:
+        Scores<W, R, 1>(q, d_len, kb, b0, p.sm_scale, s);
+        break;
+      case 2:
+        Scores<W, R, 2 <= NB ? 2 : 1>(q, d_len, kb, b0, p.sm_scale, s);
+        break;
+      case 3:
+        Scores<W, R, 3 <= NB ? 3 : 1>(q, d_len, kb, b0, p.sm_scale, s);
+        break;
+      default:
+        Scores<W, R, NB>(q, d_len, kb, b0, p.sm_scale, s);
+        break;
+    }
   }
   const float cap = p.logits_soft_cap;
   float scale[R];                    // of the row's earlier o and l, to its new max
@@ -216,11 +243,10 @@ void TileRows(const Params& p, const float* __restrict q, const Range* own,
     l[r] = l[r] * scale[r] + part[0], m[r] = mx;
   }
   // o = o * scale + sum over the tile's keys of exp(s - max) v
-  const int64_t blocks = dp / kLanes;
+  const int64_t blocks = dp / W;
   int64_t c0 = 0;
-  for (; c0 + kDBlocks <= blocks; c0 += kDBlocks)
-    AddValues<R, kDBlocks>(s, lo, hi, vb, dp, c0, scale, o);
-  for (; c0 < blocks; ++c0) AddValues<R, 1>(s, lo, hi, vb, dp, c0, scale, o);
+  for (; c0 + NB <= blocks; c0 += NB) AddValues<W, R, NB>(s, lo, hi, vb, dp, c0, scale, o);
+  for (; c0 < blocks; ++c0) AddValues<W, R, 1>(s, lo, hi, vb, dp, c0, scale, o);
 }
 
 // Starts loading `bytes` from p into the cache: one kv head's keys are rows far apart, which the
@@ -231,9 +257,10 @@ inline void Prefetch(const char* p, int64_t bytes) {
 #endif
 }
 
-// Converts keys and values [t0, t0 + n) of request b, kv head h to kb and vb (TileRows' layouts),
-// with zeros for the keys of the last block past n (their scores are ignored, their weights 0).
-void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64_t n,
+// Converts keys and values [t0, t0 + n) of request b, kv head h to kb and vb (TileRows' layouts
+// for blocks of w keys), with zeros for the keys of the last block of kLanes past n (their scores
+// are ignored, their weights 0).
+void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t w,
               float* __restrict kb, float* __restrict vb, float* __restrict row) {
   constexpr int64_t kAhead = 4;  // keys prefetched ahead
   const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
@@ -247,7 +274,7 @@ void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64
   };
   std::fill(row, row + dp, 0.f);  // zero past head_dim
   for (int64_t i = 0; i < RoundUp(n, kLanes); ++i) {
-    const int64_t blk = i / kLanes, j = i % kLanes;
+    const int64_t blk = i / w, j = i % w;
     if (i + kAhead < n) {
       Prefetch(key(t0 + i + kAhead), kElem * d_len);
       Prefetch(value(t0 + i + kAhead), kElem * d_len);
@@ -257,7 +284,7 @@ void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64
     } else {
       std::fill(row, row + d_len, 0.f);
     }
-    for (int64_t d = 0; d < d_len; ++d) kb[(blk * d_len + d) * kLanes + j] = row[d];
+    for (int64_t d = 0; d < d_len; ++d) kb[(blk * d_len + d) * w + j] = row[d];
     if (i < n) LoadFloats(value(t0 + i), dt, d_len, row);
     std::copy(row, row + dp, vb + i * dp);
   }
@@ -287,22 +314,39 @@ void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
   const int64_t end = Visible(p, rq, it.t1 - 1).hi;
   for (int64_t t0 = base; t0 < end; t0 += kTile) {
     const int64_t n = std::min(kTile, end - t0);
-    LoadTile(p, dt, it.b, it.hk, t0, n, w.k.data(), w.v.data(), w.row.data());
-    for (int64_t i0 = 0; i0 < rows; i0 += kRows) {
-      const int64_t nr = std::min(kRows, rows - i0);
-      Range own[kRows];
-      for (int64_t r = 0; r < nr; ++r) {
-        own[r] = {std::max(w.rng[i0 + r].lo, t0) - t0, std::min(w.rng[i0 + r].hi, t0 + n) - t0};
+    const int64_t lanes = VectorLanes();
+    LoadTile(p, dt, it.b, it.hk, t0, n, lanes, w.k.data(), w.v.data(), w.row.data());
+    // rows R at a time (the rest one by one), R x NB vectors of W floats of partial results
+    auto tile_rows = [&](auto w_, auto r_, auto nb_) {
+      constexpr int64_t W = decltype(w_)::value, R = decltype(r_)::value;
+      constexpr int64_t NB = decltype(nb_)::value;
+      for (int64_t i0 = 0; i0 < rows; i0 += R) {
+        const int64_t nr = std::min(R, rows - i0);
+        Range own[R];
+        for (int64_t r = 0; r < nr; ++r) {
+          own[r] = {std::max(w.rng[i0 + r].lo, t0) - t0, std::min(w.rng[i0 + r].hi, t0 + n) - t0};
+        }
+        float* q = w.q.data() + i0 * d_len;
+        float* o = w.o.data() + i0 * dp;
+        if (nr == R) {
+          TileRows<W, R, NB>(p, q, own, w.k.data(), w.v.data(), w.s.data(), o, &w.m[i0], &w.l[i0]);
+        } else {
+          for (int64_t r = 0; r < nr; ++r)
+            TileRows<W, 1, NB>(p, q + r * d_len, own + r, w.k.data(), w.v.data(), w.s.data(),
+                               o + r * dp, &w.m[i0 + r], &w.l[i0 + r]);
+        }
       }
-      float* q = w.q.data() + i0 * d_len;
-      float* o = w.o.data() + i0 * dp;
-      if (nr == kRows) {
-        TileRows<kRows>(p, q, own, w.k.data(), w.v.data(), w.s.data(), o, &w.m[i0], &w.l[i0]);
-      } else {
-        for (int64_t r = 0; r < nr; ++r)
-          TileRows<1>(p, q + r * d_len, own + r, w.k.data(), w.v.data(), w.s.data(), o + r * dp,
-                      &w.m[i0 + r], &w.l[i0 + r]);
-      }
+    };
+    // registers: 32 of 16 floats (AVX-512): 4 x 4 sums, 4 loads and a broadcast; 16 of 8 (AVX2)
+    // or of 4 (SSE; NEON has 32): 4 x 2 sums
+    using I2 = std::integral_constant<int64_t, 2>;
+    using I4 = std::integral_constant<int64_t, 4>;
+    if (lanes == 16) {
+      tile_rows(std::integral_constant<int64_t, 16>{}, I4{}, I4{});
+    } else if (lanes == 8) {
+      tile_rows(std::integral_constant<int64_t, 8>{}, I4{}, I2{});
+    } else {
+      tile_rows(I4{}, I4{}, I2{});
     }
   }
   for (int64_t i = 0; i < rows; ++i) {

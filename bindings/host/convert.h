@@ -19,6 +19,7 @@
     !defined(XKERNELS_HOST_NO_CLONES)
 #define XK_HOST_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
+#define XK_HOST_CLONED 1  // the clone that runs is the CPU's: x86-64-v4 where it has AVX-512
 #else
 #define XK_HOST_CLONES
 #endif
