@@ -27,6 +27,7 @@
 
 #include "host/convert.h"
 #include "host/parallel.h"
+#include "host/vectors.h"
 #include "host/vmath.h"
 
 namespace xkernels::host {
@@ -99,56 +100,13 @@ struct Scratch {
   std::vector<Range> rng;
 };
 
-// W floats as one value (GCC and Clang vector extensions): its arithmetic runs lane by lane
-// (IEEE float, no contraction) in one register of the CPU's vectors where W matches their width.
-// The products keep R x NB partial results in such values, so that they stay in registers (loops
-// over float arrays, before, left them in memory: 5-7 GFLOP/s on a 2-CPU Xeon). Each call uses the
-// width of the CPU it runs on (VectorLanes): wider values are split into pieces that GCC moves
-// through memory (16 floats on AVX2: 3 GFLOP/s).
-template <int64_t W>
-struct VecOf {
-  typedef float type __attribute__((vector_size(W * sizeof(float))));
-};
-// (Vec values cross only inline functions of this file: no ABI to keep.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
-template <int64_t W>
-inline typename VecOf<W>::type LoadV(const float* p) {
-  typename VecOf<W>::type v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V>
-inline void StoreV(float* p, V v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-// Floats per vector register of the code that runs: with XK_HOST_CLONES, the clone of this CPU
-// (x86-64-v4: 16, AVX-512; v3: 8, AVX2; else 4); without, the target it was compiled for.
-inline int64_t VectorLanes() {
-#if defined(XK_HOST_CLONED)
-  static const int64_t lanes = __builtin_cpu_supports("x86-64-v4")   ? 16
-                               : __builtin_cpu_supports("x86-64-v3") ? 8
-                                                                     : 4;
-  return lanes;
-#elif defined(__AVX512F__)
-  return 16;
-#elif defined(__AVX2__)
-  return 8;
-#else
-  return 4;
-#endif
-}
-
 // s[r][(b0 + b) * W ..] = sm_scale * (q[r] . k) for R rows and key blocks [b0, b0 + NB) of
 // kb[kTile / W][d][W]: every key block loaded serves R rows and every q[r][d] NB blocks; each
 // score summed over d in order.
 template <int64_t W, int64_t R, int64_t NB>
 inline void Scores(const float* __restrict q, int64_t d_len, const float* __restrict kb, int64_t b0,
                    float sm_scale, float* __restrict s) {
-  using V = typename VecOf<W>::type;
+  using V = Vec<W>;
   V acc[R][NB] = {};
   const float* __restrict k = kb + b0 * d_len * W;
   for (int64_t d = 0; d < d_len; ++d) {
@@ -168,7 +126,7 @@ inline void Scores(const float* __restrict q, int64_t d_len, const float* __rest
 template <int64_t W, int64_t R, int64_t NC>
 inline void AddValues(const float* __restrict s, int64_t lo, int64_t hi, const float* __restrict vb,
                       int64_t dp, int64_t c0, const float* scale, float* __restrict o) {
-  using V = typename VecOf<W>::type;
+  using V = Vec<W>;
   V acc[R][NC];
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < NC; ++c) acc[r][c] = LoadV<W>(o + r * dp + (c0 + c) * W) * scale[r];

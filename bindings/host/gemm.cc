@@ -13,9 +13,12 @@
 //   tile shape and clone). 2-CPU Xeon (AVX-512) KVM guest, bf16, ms, dot products -> packed:
 //   96 x 256 x 384 1.05 -> 0.37, 300 x 520 x 1000 10.7 -> 2.8, 512 x 2048 x 2048 140 -> 26-30,
 //   64 x 4096 x 4096 76 -> 31.
-// - m < kPackRows (decode rows): dot products of kRows rows x kCols columns at once over kLanes
-//   partial sums each (the rows of b read as stored, no transposed copy), added pairwise at the
-//   end; packing b costs more than it saves there (16 x 4096 x 4096: 20.6 ms either way).
+// - m < kPackRows (decode rows): dot products of blocks of rows x columns over kLanes partial sums
+//   each (the rows of b read as stored, no transposed copy), added pairwise at the end, the sums
+//   held in vectors of the CPU's register width (vectors.h; the same bits at every width); packing
+//   b costs more than it saves there. Xeon, float arrays -> vectors (AVX-512 clone), ms: 16 x 4096
+//   x 4096 20.6 -> 8.4 (torch's oneDNN on AMX: 1.6), 31 x 520 x 1000 1.2 -> 0.63, 7 x 1000 x 1000
+//   0.74 -> 0.46; 1 x 4096 x 4096 4.7 either way (converting b's rows: torch 1.75).
 // The threads run Panel, which has clones of its own: before, the workers ran a lambda compiled
 // for the baseline target (SSE2, no FMA) whatever the CPU.
 #include "host/gemm.h"
@@ -26,9 +29,11 @@
 #include <cstdint>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "host/convert.h"
+#include "host/vectors.h"
 
 namespace xkernels::host {
 namespace {
@@ -40,8 +45,6 @@ using gemm::Params;
 using gemm::QuantParams;
 using gemm::Scale;
 
-constexpr int64_t kRows = 4;          // rows per dot-product block: kRows x kLanes partial sums
-constexpr int64_t kCols = 2;          // columns of b per dot-product block (Dots2)
 constexpr int64_t kTileRows = 32;     // rows of a converted at a time
 constexpr int64_t kTileCols = 64;     // columns of out (rows of the float b) per tile
 constexpr double kThreadWork = 1e7;   // multiply-adds from which a call uses threads
@@ -95,52 +98,35 @@ void ApplyScales(float* __restrict v, int64_t n, const float* s, Scale kind, int
   }
 }
 
-// out[r] = sum_c a[r * lda + c] * b[c] for r < R: kLanes partial sums per row, added pairwise.
-template <int64_t R>
-inline void Dots(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t k,
-                 float* __restrict out) {
-  float acc[R][kLanes] = {};
+// out[r * ldo + q] = sum over c of a[r * lda + c] * b[q * ldb + c], for R rows and C columns of
+// b (each as stored): kLanes partial sums per output (lane j takes c = j mod kLanes, in c order),
+// held in kLanes / W vectors of W floats, each vector of b loaded serving R rows and each of a C
+// columns; then the last k % kLanes products into lanes 0.., and the lanes added pairwise. Each
+// output's sum is the same whatever W, R and C: the same bits on every CPU and in every block.
+template <int64_t W, int64_t R, int64_t C>
+inline void Dots(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t ldb,
+                 int64_t k, float* __restrict out, int64_t ldo) {
+  constexpr int64_t H = kLanes / W;
+  Vec<W> acc[R][C][H] = {};
   int64_t c = 0;
   for (; c + kLanes <= k; c += kLanes) {
-    for (int64_t r = 0; r < R; ++r) {
-#pragma GCC unroll 16  // kLanes
-      for (int64_t j = 0; j < kLanes; ++j) acc[r][j] += a[r * lda + c + j] * b[c + j];
-    }
-  }
-  for (int64_t j = 0; c < k; ++c, ++j)
-    for (int64_t r = 0; r < R; ++r) acc[r][j] += a[r * lda + c] * b[c];
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t w = kLanes / 2; w > 0; w /= 2)
-      for (int64_t j = 0; j < w; ++j) acc[r][j] += acc[r][j + w];
-    out[r] = acc[r][0];
-  }
-}
-
-// Dots of R rows against C columns of b (column c at b + c * ldb) at once: each value of b loaded
-// serves R rows and each value of a C columns. The same sums in the same order as Dots<R> per
-// column, so the same bits.
-template <int64_t R, int64_t C>
-inline void Dots2(const float* __restrict a, int64_t lda, const float* __restrict b, int64_t ldb,
-                  int64_t k, float* __restrict out, int64_t ldo) {
-  float acc[R][C][kLanes] = {};
-  int64_t c = 0;
-  for (; c + kLanes <= k; c += kLanes) {
-    for (int64_t r = 0; r < R; ++r) {
-      for (int64_t q = 0; q < C; ++q) {
-#pragma GCC unroll 16  // kLanes
-        for (int64_t j = 0; j < kLanes; ++j)
-          acc[r][q][j] += a[r * lda + c + j] * b[q * ldb + c + j];
+    for (int64_t h = 0; h < H; ++h) {
+      Vec<W> bv[C];
+      for (int64_t q = 0; q < C; ++q) bv[q] = LoadV<W>(b + q * ldb + c + h * W);
+      for (int64_t r = 0; r < R; ++r) {
+        const Vec<W> av = LoadV<W>(a + r * lda + c + h * W);
+        for (int64_t q = 0; q < C; ++q) acc[r][q][h] += av * bv[q];
       }
     }
   }
-  for (int64_t j = 0; c < k; ++c, ++j)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t q = 0; q < C; ++q) acc[r][q][j] += a[r * lda + c] * b[q * ldb + c];
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t q = 0; q < C; ++q) {
+      float part[kLanes];
+      for (int64_t h = 0; h < H; ++h) StoreV(part + h * W, acc[r][q][h]);
+      for (int64_t i = c, j = 0; i < k; ++i, ++j) part[j] += a[r * lda + i] * b[q * ldb + i];
       for (int64_t w = kLanes / 2; w > 0; w /= 2)
-        for (int64_t j = 0; j < w; ++j) acc[r][q][j] += acc[r][q][j + w];
-      out[r * ldo + q] = acc[r][q][0];
+        for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
+      out[r * ldo + q] = part[0];
     }
   }
 }
@@ -190,37 +176,38 @@ void PackedBlock(const Params& p, const float* af, const float* bp, int64_t r0, 
 
 // The output block of rows [r0, r0 + rows) and the panel's columns [c0, c0 + cols): af holds a's
 // rows as scaled floats (row r at af + r * k), bt the panel's rows of b (column c0 + j of out at
-// bt + j * k), res (kTileRows, kTileCols) the dot products before the bias and rounding.
+// bt + j * k), res (kTileRows, kTileCols) the dot products before the bias and rounding. Blocks of
+// R rows x C columns (W = 16: 4 x 4 vectors of sums; 8: 2 x 2 x 2; 4: 1 x 2 x 4), then the rest
+// of the rows one at a time, then the rest of the columns one at a time.
+template <int64_t W, int64_t R, int64_t C>
+void BlockOf(const Params& p, const float* af, const float* bt, int64_t r0, int64_t rows,
+             int64_t cols, float* __restrict res) {
+  const int64_t k = p.k;
+  auto dots = [&](auto r_, auto c_, int64_t r, int64_t j) {
+    Dots<W, decltype(r_)::value, decltype(c_)::value>(af + (r0 + r) * k, k, bt + j * k, k, k,
+                                                      res + r * kTileCols + j, kTileCols);
+  };
+  using One = std::integral_constant<int64_t, 1>;
+  int64_t j = 0;
+  for (; j + C <= cols; j += C) {
+    int64_t r = 0;
+    for (; r + R <= rows; r += R)
+      dots(std::integral_constant<int64_t, R>{}, std::integral_constant<int64_t, C>{}, r, j);
+    for (; r < rows; ++r) dots(One{}, std::integral_constant<int64_t, C>{}, r, j);
+  }
+  for (; j < cols; ++j)
+    for (int64_t r = 0; r < rows; ++r) dots(One{}, One{}, r, j);
+}
+
 void Block(const Params& p, const float* af, const float* bt, int64_t r0, int64_t rows,
            int64_t cols, float* __restrict res) {
-  const int64_t k = p.k;
-  int64_t j = 0;
-  for (; j + kCols <= cols; j += kCols) {  // kRows x kCols blocks, then the odd rows
-    const float* bj = bt + j * k;
-    int64_t r = 0;
-    for (; r + kRows <= rows; r += kRows) {
-      Dots2<kRows, kCols>(af + (r0 + r) * k, k, bj, k, k, res + r * kTileCols + j, kTileCols);
-    }
-    for (; r < rows; ++r) {  // one row: Dots<1> per column (Dots2<1, C> is slower here)
-      for (int64_t q = 0; q < kCols; ++q) {
-        float dot;
-        Dots<1>(af + (r0 + r) * k, k, bj + q * k, k, &dot);
-        res[r * kTileCols + j + q] = dot;
-      }
-    }
-  }
-  for (; j < cols; ++j) {  // the panel's last columns, one at a time
-    const float* bj = bt + j * k;
-    float dots[kRows];
-    int64_t r = 0;
-    for (; r + kRows <= rows; r += kRows) {
-      Dots<kRows>(af + (r0 + r) * k, k, bj, k, dots);
-      for (int64_t i = 0; i < kRows; ++i) res[(r + i) * kTileCols + j] = dots[i];
-    }
-    for (; r < rows; ++r) {
-      Dots<1>(af + (r0 + r) * k, k, bj, k, dots);
-      res[r * kTileCols + j] = dots[0];
-    }
+  switch (VectorLanes()) {
+    case 16:
+      return BlockOf<16, 4, 4>(p, af, bt, r0, rows, cols, res);
+    case 8:
+      return BlockOf<8, 2, 2>(p, af, bt, r0, rows, cols, res);
+    default:
+      return BlockOf<4, 1, 2>(p, af, bt, r0, rows, cols, res);
   }
 }
 
