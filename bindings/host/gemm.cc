@@ -19,20 +19,21 @@
 //   b costs more than it saves there. Xeon, float arrays -> vectors (AVX-512 clone), ms: 16 x 4096
 //   x 4096 20.6 -> 8.4 (torch's oneDNN on AMX: 1.6), 31 x 520 x 1000 1.2 -> 0.63, 7 x 1000 x 1000
 //   0.74 -> 0.46; 1 x 4096 x 4096 4.7 either way (converting b's rows: torch 1.75).
-// The threads run Panel, which has clones of its own: before, the workers ran a lambda compiled
-// for the baseline target (SSE2, no FMA) whatever the CPU.
+// Panels go to the host pool's threads (parallel.h), which run Panel, cloned (before, workers ran
+// a lambda compiled for the baseline target, SSE2 without FMA, whatever the CPU); their buffers
+// are kept between calls. Against std::threads started per call above 1e7 multiply-adds: 96 x 256
+// x 384 0.34 -> 0.20 ms (now on two threads), 1 x 4096 x 4096 5.1 -> 3.0, 16 x 4096 x 4096 9.8
+// -> 7.2; 512 x 2048 x 2048 and 64 x 4096 x 4096 the same within the noise.
 #include "host/gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <system_error>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "host/convert.h"
+#include "host/parallel.h"
 #include "host/vectors.h"
 
 namespace xkernels::host {
@@ -45,11 +46,11 @@ using gemm::Params;
 using gemm::QuantParams;
 using gemm::Scale;
 
-constexpr int64_t kTileRows = 32;     // rows of a converted at a time
-constexpr int64_t kTileCols = 64;     // columns of out (rows of the float b) per tile
-constexpr double kThreadWork = 1e7;   // multiply-adds from which a call uses threads
-constexpr int64_t kPackRows = 32;     // rows of a from which the panel is packed k-major
-constexpr int64_t kMr = 8, kNr = 32;  // the micro-kernel's rows and columns (16 AVX-512 sums)
+constexpr int64_t kTileRows = 32;        // rows of a converted at a time
+constexpr int64_t kTileCols = 64;        // columns of out (rows of the float b) per tile
+constexpr int64_t kMacsPerElement = 16;  // multiply-adds costing about an element of parallel.h
+constexpr int64_t kPackRows = 32;        // rows of a from which the panel is packed k-major
+constexpr int64_t kMr = 8, kNr = 32;     // the micro-kernel's rows and columns (16 AVX-512 sums)
 constexpr int64_t kBlock = gemm::kScaleBlock;
 
 int64_t ElemSize(Elem t) { return t == Elem::kF32 ? 4 : t == Elem::kE4M3 ? 1 : 2; }
@@ -268,8 +269,8 @@ void LoadPanel(const Params& p, int64_t c0, int64_t cols, bool packed, float* __
   }
 }
 
-// Panel t of out (columns t * kTileCols ..) for every row: its own clones, since the threads call
-// it from outside Gemm (a lambda run by std::thread is compiled for the baseline target only).
+// Panel t of out (columns t * kTileCols ..) for every row: its own clones, since the pool's threads
+// call it from outside Gemm (a lambda is compiled for the baseline target only).
 XK_HOST_CLONES
 void Panel(const Params& p, const float* af, const float* bias, bool packed, int64_t t, float* bt,
            float* res, std::vector<float>& row) {
@@ -301,33 +302,16 @@ void Gemm(const Params& p) {
   if (p.bias != nullptr) Load(static_cast<const char*>(p.bias), p.bias_type, n, bias.data());
 
   const int64_t panels = (n + kTileCols - 1) / kTileCols;
-  int64_t workers = 1;
-  if (static_cast<double>(m) * n * k > kThreadWork) {
-    workers = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), panels);
-  }
-  // Buffers of every worker, allocated here so that running out of memory throws to the caller.
-  struct Scratch {
-    std::vector<float> bt, res, row;
-  };
-  std::vector<Scratch> scratch(workers);
-  for (Scratch& w : scratch) w.bt.resize(kTileCols * k), w.res.resize(kTileRows * kTileCols);
   const bool packed = m >= kPackRows;
-  std::atomic<int64_t> next{0};
-  auto work_loop = [&](Scratch* w) {
-    for (int64_t t = next++; t < panels; t = next++) {
-      Panel(p, af.data(), bias.data(), packed, t, w->bt.data(), w->res.data(), w->row);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t i = 1; i < workers; ++i) {
-    try {
-      threads.emplace_back(work_loop, &scratch[i]);
-    } catch (const std::system_error&) {
-      break;  // no more threads: the others take the remaining panels
-    }
-  }
-  work_loop(&scratch[0]);
-  for (std::thread& t : threads) t.join();
+  // the pool's threads (parallel.h), each with its own buffers, kept between calls
+  const int64_t per_panel = m * std::min(kTileCols, int64_t{n}) * k / kMacsPerElement;
+  ParallelFor(panels, per_panel, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> bt, res, row;
+    if (static_cast<int64_t>(bt.size()) < kTileCols * k) bt.resize(kTileCols * k);
+    if (static_cast<int64_t>(res.size()) < kTileRows * kTileCols) res.resize(kTileRows * kTileCols);
+    for (int64_t t = t0; t < t1; ++t)
+      Panel(p, af.data(), bias.data(), packed, t, bt.data(), res.data(), row);
+  });
 }
 
 XK_HOST_CLONES
