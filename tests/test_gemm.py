@@ -93,6 +93,14 @@ def test_host_gemm_packed(kw):
     check(gemm_case(300, 520, 1000, torch.bfloat16, CPU, seed_of("packed", str(kw)), **kw))
 
 
+# Past k 4096 a call's panels of b come from per-call buffers, one per thread that may run at once
+# (below, each thread keeps its own): decode rows (dot products, k 4104 leaving 8 products past the
+# last 16) and the packed path (m 40), several panels per thread.
+@pytest.mark.parametrize("m", [3, 40])
+def test_host_gemm_long_k(m):
+    check(gemm_case(m, 200, 4104, torch.bfloat16, CPU, seed_of("long-k", m), bias="a"))
+
+
 def test_host_gemm_packed_fp8_block():
     check(fp8_case(300, 528, 1008, CPU, seed_of("packed8"), a_scale="block", b_scale="block"))
 

@@ -27,8 +27,10 @@
 #include "host/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -46,11 +48,13 @@ using gemm::Params;
 using gemm::QuantParams;
 using gemm::Scale;
 
-constexpr int64_t kTileRows = 32;        // rows of a converted at a time
-constexpr int64_t kTileCols = 64;        // columns of out (rows of the float b) per tile
-constexpr int64_t kMacsPerElement = 16;  // multiply-adds costing about an element of parallel.h
-constexpr int64_t kPackRows = 32;        // rows of a from which the panel is packed k-major
-constexpr int64_t kMr = 8, kNr = 32;     // the micro-kernel's rows and columns (16 AVX-512 sums)
+constexpr int64_t kTileRows = 32;  // rows of a converted at a time
+constexpr int64_t kTileCols = 64;  // columns of out (rows of the float b) per tile
+constexpr int64_t kMacsPerElement = 16;
+constexpr int64_t kKeptPanelFloats =
+    int64_t{1} << 18;  // 1 MB a thread  // multiply-adds costing about an element of parallel.h
+constexpr int64_t kPackRows = 32;     // rows of a from which the panel is packed k-major
+constexpr int64_t kMr = 8, kNr = 32;  // the micro-kernel's rows and columns (16 AVX-512 sums)
 constexpr int64_t kBlock = gemm::kScaleBlock;
 
 int64_t ElemSize(Elem t) { return t == Elem::kF32 ? 4 : t == Elem::kE4M3 ? 1 : 2; }
@@ -305,12 +309,24 @@ void Gemm(const Params& p) {
   const bool packed = m >= kPackRows;
   // the pool's threads (parallel.h), each with its own buffers, kept between calls
   const int64_t per_panel = m * std::min(kTileCols, int64_t{n}) * k / kMacsPerElement;
+  // A panel of b as floats: a buffer each thread keeps between calls up to kKeptPanelFloats;
+  // a larger one (k > 4096) from this call's slots, one per thread that may run at once (the pool's
+  // and the caller), freed when the call returns.
+  const bool big = kTileCols * k > kKeptPanelFloats;
+  const int64_t slots = big ? HostThreads() : 0;
+  std::vector<std::vector<float>> panel(slots);
+  std::unique_ptr<std::atomic<bool>[]> taken(new std::atomic<bool>[slots]());
   ParallelFor(panels, per_panel, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> bt, res, row;
+    thread_local std::vector<float> kept, res, row;
+    int64_t slot = 0;
+    if (big)
+      while (taken[slot].exchange(true)) slot = (slot + 1) % slots;
+    std::vector<float>& bt = big ? panel[slot] : kept;
     if (static_cast<int64_t>(bt.size()) < kTileCols * k) bt.resize(kTileCols * k);
     if (static_cast<int64_t>(res.size()) < kTileRows * kTileCols) res.resize(kTileRows * kTileCols);
     for (int64_t t = t0; t < t1; ++t)
       Panel(p, af.data(), bias.data(), packed, t, bt.data(), res.data(), row);
+    if (big) taken[slot] = false;
   });
 }
 
