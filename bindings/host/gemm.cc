@@ -21,8 +21,9 @@
 //   0.74 -> 0.46; 1 x 4096 x 4096 4.7 either way (converting b's rows: torch 1.75).
 // Panels go to the host pool's threads (parallel.h), which run Panel, cloned (before, workers ran
 // a lambda compiled for the baseline target, SSE2 without FMA, whatever the CPU); their buffers
-// are kept between calls. Against std::threads started per call above 1e7 multiply-adds: 96 x 256
-// x 384 0.34 -> 0.20 ms (now on two threads), 1 x 4096 x 4096 5.1 -> 3.0, 16 x 4096 x 4096 9.8
+// are kept between calls (up to k 4096). Against std::threads started per call above 1e7
+// multiply-adds: 96 x 256 x 384 0.34 -> 0.20 ms (now on two threads), 1 x 4096 x 4096 5.1 -> 3.0,
+// 16 x 4096 x 4096 9.8
 // -> 7.2; 512 x 2048 x 2048 and 64 x 4096 x 4096 the same within the noise.
 #include "host/gemm.h"
 
