@@ -9,13 +9,17 @@
 // and both products keep R x NB vectors of W partial results in registers: S = Q K^T as one vector
 // of W scores per (row, key block), each key block loaded serving R rows; O += P V as one vector of
 // W output dims per (row, dim block), each value vector serving R rows. Every score and output is
-// one sum in d or key order whatever W, R and NB: the same bits on every CPU. 2-CPU Xeon KVM guest,
-// bf16, 2 threads, ms, float-array loops before -> vectors (AVX-512 / AVX2 / SSE2 builds): s 1024,
-// GQA 8/2, d 128, causal 336 -> 23 / 35 / 131 (torch's CPU SDPA, oneDNN on AMX: 4-7); s 256, 4/2,
-// d 64 12.5 -> 0.9 / 1.9 / 6.7; one token over 4096 keys, GQA 32/8, 13.2 -> 2.7 / 4.1 / 6.7. Calls
-// spread their items over the host pool (parallel.h); an item's arithmetic does not depend on the
-// thread that runs it. Chunks bound an item's buffers to the cache, and convert each key once per
-// chunk (next to the chunk's 4 * kChunkRows * head_dim flops per key).
+// one sum in d or key order whatever W, R and NB: the same bits on every CPU. Items of at most
+// kDotRows rows (decode: one token's query heads) take their scores as dot products over keys as
+// stored (DotScores: kLanes partial sums, the same bits at every W), which saves kb's transposed
+// copy: decode of one token over 300 keys, 8/2, 0.12 -> 0.07-0.085 ms; over 4096, 32/8, 4.1 -> 2.5.
+// 2-CPU Xeon KVM guest, bf16, 2 threads, ms, float-array loops before -> vectors (AVX-512 / AVX2 /
+// SSE2 builds): s 1024, GQA 8/2, d 128, causal 336 -> 23 / 35 / 131 (torch's CPU SDPA, oneDNN on
+// AMX: 4-7); s 256, 4/2, d 64 12.5 -> 0.9 / 1.9 / 6.7; one token over 4096 keys, GQA 32/8, 13.2
+// -> 2.7 / 4.1 / 6.7. Calls spread their items over the host pool (parallel.h); an item's
+// arithmetic does not depend on the thread that runs it. Chunks bound an item's buffers to the
+// cache, and convert each key once per chunk (next to the chunk's 4 * kChunkRows * head_dim flops
+// per key).
 #include "host/attention.h"
 
 #include <algorithm>
@@ -41,6 +45,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kElem = 2;         // bytes of an element of q, k, v and out (16-bit floats)
 constexpr int64_t kRows = 4;         // query rows per product pass
 constexpr int64_t kChunkRows = 256;  // query rows per work item, to share out long prefills
+constexpr int64_t kDotRows = 8;      // items of at most this many rows take DotScores
 constexpr int64_t kTile = 64;        // keys converted at a time: a tile stays in cache
 // multiply-adds that cost about as much as an element of parallel.h's kMinWorkPerThread
 constexpr int64_t kMacsPerElement = 16;
@@ -121,6 +126,33 @@ inline void Scores(const float* __restrict q, int64_t d_len, const float* __rest
     for (int64_t b = 0; b < NB; ++b) StoreV(s + r * kTile + (b0 + b) * W, acc[r][b] * sm_scale);
 }
 
+// The same scores for R rows over keys [lo, hi) of kr[kTile][d] (keys as stored, for items of
+// few rows, which would spend more on kb's transposed copy than on their products): per (row, key)
+// kLanes partial sums over d (lane j takes d = j mod kLanes) in kLanes / W vectors, added pairwise:
+// the same bits at every W. d_len a multiple of kLanes.
+template <int64_t W, int64_t R>
+inline void DotScores(const float* __restrict q, int64_t d_len, const float* __restrict kr,
+                      int64_t lo, int64_t hi, float sm_scale, float* __restrict s) {
+  constexpr int64_t H = kLanes / W;
+  for (int64_t t = lo; t < hi; ++t) {
+    Vec<W> acc[R][H] = {};
+    const float* __restrict k = kr + t * d_len;
+    for (int64_t c = 0; c < d_len; c += kLanes) {
+      for (int64_t h = 0; h < H; ++h) {
+        const Vec<W> kv = LoadV<W>(k + c + h * W);
+        for (int64_t r = 0; r < R; ++r) acc[r][h] += LoadV<W>(q + r * d_len + c + h * W) * kv;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      float part[kLanes];
+      for (int64_t h = 0; h < H; ++h) StoreV(part + h * W, acc[r][h]);
+      for (int64_t w = kLanes / 2; w > 0; w /= 2)
+        for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
+      s[r * kTile + t] = part[0] * sm_scale;
+    }
+  }
+}
+
 // o[r][(c0 + c) * W ..] = o * scale[r] + the sum over keys [lo, hi) of s[r][t] v[t], for R rows
 // and output blocks [c0, c0 + NC) of W dims of vb[kTile][dp]; each sum in key order.
 template <int64_t W, int64_t R, int64_t NC>
@@ -143,11 +175,12 @@ inline void AddValues(const float* __restrict s, int64_t lo, int64_t hi, const f
 }
 
 // One key tile for R query rows q[R][d]: keys own[r] (tile-relative) of row r, from
-// kb[kTile / W][d][W] and vb[kTile][dp], NB blocks of W keys or output dims per product pass.
+// kb[kTile / W][d][W] (kDot: kr[kTile][d]) and vb[kTile][dp], NB blocks of W keys or output dims
+// per product pass.
 // Updates each row's online softmax: m the max score so far, l the sum of exp(score - m), o[dp]
 // the sum of exp(score - m) v. (Each score and output is one sum in key or d order whatever R and
 // NB: the same bits from every blocking.)
-template <int64_t W, int64_t R, int64_t NB>
+template <int64_t W, int64_t R, int64_t NB, bool kDot>
 void TileRows(const Params& p, const float* __restrict q, const Range* own,
               const float* __restrict kb, const float* __restrict vb, float* __restrict s,
               float* __restrict o, float* __restrict m, float* __restrict l) {
@@ -158,8 +191,9 @@ void TileRows(const Params& p, const float* __restrict q, const Range* own,
   }
   if (all.hi <= all.lo) return;
   const int64_t lo = all.lo, hi = all.hi;
-  // s = q . k * sm_scale over whole key blocks, NB at a time
-  for (int64_t b0 = lo / W, b1 = (hi + W - 1) / W; b0 < b1; b0 += NB) {
+  // s = q . k * sm_scale: by dot products (kDot), or over whole key blocks, NB at a time
+  if (kDot) DotScores<W, R>(q, d_len, kb, lo, hi, p.sm_scale, s);
+  for (int64_t b0 = lo / W, b1 = kDot ? b0 : (hi + W - 1) / W; b0 < b1; b0 += NB) {
     switch (std::min(NB, b1 - b0)) {
       case 1:
         Scores<W, R, 1>(q, d_len, kb, b0, p.sm_scale, s);
@@ -216,10 +250,10 @@ inline void Prefetch(const char* p, int64_t bytes) {
 }
 
 // Converts keys and values [t0, t0 + n) of request b, kv head h to kb and vb (TileRows' layouts
-// for blocks of w keys), with zeros for the keys of the last block of kLanes past n (their scores
-// are ignored, their weights 0).
+// for blocks of w keys; `dot`: kb as kr, the keys as stored), with zeros for the keys of the last
+// block of kLanes past n (their scores are ignored, their weights 0).
 void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t w,
-              float* __restrict kb, float* __restrict vb, float* __restrict row) {
+              bool dot, float* __restrict kb, float* __restrict vb, float* __restrict row) {
   constexpr int64_t kAhead = 4;  // keys prefetched ahead
   const int64_t d_len = p.head_dim, dp = RoundUp(d_len, kLanes);
   auto key = [&](int64_t t) {
@@ -242,7 +276,11 @@ void LoadTile(const Params& p, DType dt, int64_t b, int64_t h, int64_t t0, int64
     } else {
       std::fill(row, row + d_len, 0.f);
     }
-    for (int64_t d = 0; d < d_len; ++d) kb[(blk * d_len + d) * w + j] = row[d];
+    if (dot) {
+      std::copy(row, row + d_len, kb + i * d_len);
+    } else {
+      for (int64_t d = 0; d < d_len; ++d) kb[(blk * d_len + d) * w + j] = row[d];
+    }
     if (i < n) LoadFloats(value(t0 + i), dt, d_len, row);
     std::copy(row, row + dp, vb + i * dp);
   }
@@ -255,6 +293,7 @@ void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   // Rows i = token-major, head-minor (the rows of one token share their keys).
   const int64_t rows = (it.t1 - it.t0) * group;
+  const bool dot = rows <= kDotRows && d_len % kLanes == 0;  // few rows: DotScores
   auto token = [&](int64_t i) { return it.t0 + i / group; };
   auto head = [&](int64_t i) { return it.hk * group + i % group; };
   for (int64_t i = 0; i < rows; ++i) {
@@ -273,11 +312,12 @@ void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
   for (int64_t t0 = base; t0 < end; t0 += kTile) {
     const int64_t n = std::min(kTile, end - t0);
     const int64_t lanes = VectorLanes();
-    LoadTile(p, dt, it.b, it.hk, t0, n, lanes, w.k.data(), w.v.data(), w.row.data());
+    LoadTile(p, dt, it.b, it.hk, t0, n, lanes, dot, w.k.data(), w.v.data(), w.row.data());
     // rows R at a time (the rest one by one), R x NB vectors of W floats of partial results
-    auto tile_rows = [&](auto w_, auto r_, auto nb_) {
+    auto tile_rows = [&](auto w_, auto r_, auto nb_, auto dot_) {
       constexpr int64_t W = decltype(w_)::value, R = decltype(r_)::value;
       constexpr int64_t NB = decltype(nb_)::value;
+      constexpr bool kDot = decltype(dot_)::value;
       for (int64_t i0 = 0; i0 < rows; i0 += R) {
         const int64_t nr = std::min(R, rows - i0);
         Range own[R];
@@ -287,11 +327,12 @@ void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
         float* q = w.q.data() + i0 * d_len;
         float* o = w.o.data() + i0 * dp;
         if (nr == R) {
-          TileRows<W, R, NB>(p, q, own, w.k.data(), w.v.data(), w.s.data(), o, &w.m[i0], &w.l[i0]);
+          TileRows<W, R, NB, kDot>(p, q, own, w.k.data(), w.v.data(), w.s.data(), o, &w.m[i0],
+                                   &w.l[i0]);
         } else {
           for (int64_t r = 0; r < nr; ++r)
-            TileRows<W, 1, NB>(p, q + r * d_len, own + r, w.k.data(), w.v.data(), w.s.data(),
-                               o + r * dp, &w.m[i0 + r], &w.l[i0 + r]);
+            TileRows<W, 1, NB, kDot>(p, q + r * d_len, own + r, w.k.data(), w.v.data(), w.s.data(),
+                                     o + r * dp, &w.m[i0 + r], &w.l[i0 + r]);
         }
       }
     };
@@ -299,12 +340,19 @@ void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
     // or of 4 (SSE; NEON has 32): 4 x 2 sums
     using I2 = std::integral_constant<int64_t, 2>;
     using I4 = std::integral_constant<int64_t, 4>;
-    if (lanes == 16) {
-      tile_rows(std::integral_constant<int64_t, 16>{}, I4{}, I4{});
-    } else if (lanes == 8) {
-      tile_rows(std::integral_constant<int64_t, 8>{}, I4{}, I2{});
+    auto widths = [&](auto dot_rows) {
+      if (lanes == 16) {
+        tile_rows(std::integral_constant<int64_t, 16>{}, I4{}, I4{}, dot_rows);
+      } else if (lanes == 8) {
+        tile_rows(std::integral_constant<int64_t, 8>{}, I4{}, I2{}, dot_rows);
+      } else {
+        tile_rows(I4{}, I4{}, I2{}, dot_rows);
+      }
+    };
+    if (dot) {
+      widths(std::true_type{});
     } else {
-      tile_rows(I4{}, I4{}, I2{});
+      widths(std::false_type{});
     }
   }
   for (int64_t i = 0; i < rows; ++i) {
