@@ -34,17 +34,25 @@ inline Vec<W> LoadV(const float* p) {
   return v;
 }
 template <class V>
-inline void StoreV(float* p, V v) {
+inline void StoreV(float* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
 // Floats per vector register of the code that runs: with XK_HOST_CLONES, the clone of this CPU
 // (x86-64-v4: 16, AVX-512; v3: 8, AVX2; else 4); without, the target it was compiled for.
 inline int64_t VectorLanes() {
-#if defined(XK_HOST_CLONED)
+#if defined(XK_HOST_CLONED) && __GNUC__ >= 12  // ISA levels in __builtin_cpu_supports
   static const int64_t lanes = __builtin_cpu_supports("x86-64-v4")   ? 16
                                : __builtin_cpu_supports("x86-64-v3") ? 8
                                                                      : 4;
+  return lanes;
+#elif defined(XK_HOST_CLONED)  // GCC 11: the levels' defining features
+  static const int64_t lanes =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+          ? 16
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8
+                                                                        : 4;
   return lanes;
 #elif defined(__AVX512F__)
   return 16;
