@@ -47,8 +47,6 @@ constexpr int64_t kRows = 4;         // query rows per product pass
 constexpr int64_t kChunkRows = 256;  // query rows per work item, to share out long prefills
 constexpr int64_t kDotRows = 8;      // items of at most this many rows take DotScores
 constexpr int64_t kTile = 64;        // keys converted at a time: a tile stays in cache
-// multiply-adds that cost about as much as an element of parallel.h's kMinWorkPerThread
-constexpr int64_t kMacsPerElement = 16;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -146,9 +144,7 @@ inline void DotScores(const float* __restrict q, int64_t d_len, const float* __r
     for (int64_t r = 0; r < R; ++r) {
       float part[kLanes];
       for (int64_t h = 0; h < H; ++h) StoreV(part + h * W, acc[r][h]);
-      for (int64_t w = kLanes / 2; w > 0; w /= 2)
-        for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
-      s[r * kTile + t] = part[0] * sm_scale;
+      s[r * kTile + t] = AddLanes(part) * sm_scale;
     }
   }
 }
@@ -192,21 +188,24 @@ void TileRows(const Params& p, const float* __restrict q, const Range* own,
   if (all.hi <= all.lo) return;
   const int64_t lo = all.lo, hi = all.hi;
   // s = q . k * sm_scale: by dot products (kDot), or over whole key blocks, NB at a time
-  if (kDot) DotScores<W, R>(q, d_len, kb, lo, hi, p.sm_scale, s);
-  for (int64_t b0 = lo / W, b1 = kDot ? b0 : (hi + W - 1) / W; b0 < b1; b0 += NB) {
-    switch (std::min(NB, b1 - b0)) {
-      case 1:
-        Scores<W, R, 1>(q, d_len, kb, b0, p.sm_scale, s);
-        break;
-      case 2:
-        Scores<W, R, 2 <= NB ? 2 : 1>(q, d_len, kb, b0, p.sm_scale, s);
-        break;
-      case 3:
-        Scores<W, R, 3 <= NB ? 3 : 1>(q, d_len, kb, b0, p.sm_scale, s);
-        break;
-      default:
-        Scores<W, R, NB>(q, d_len, kb, b0, p.sm_scale, s);
-        break;
+  if constexpr (kDot) {
+    DotScores<W, R>(q, d_len, kb, lo, hi, p.sm_scale, s);
+  } else {
+    for (int64_t b0 = lo / W, b1 = (hi + W - 1) / W; b0 < b1; b0 += NB) {
+      switch (std::min(NB, b1 - b0)) {
+        case 1:
+          Scores<W, R, 1>(q, d_len, kb, b0, p.sm_scale, s);
+          break;
+        case 2:
+          Scores<W, R, 2 <= NB ? 2 : 1>(q, d_len, kb, b0, p.sm_scale, s);
+          break;
+        case 3:
+          Scores<W, R, 3 <= NB ? 3 : 1>(q, d_len, kb, b0, p.sm_scale, s);
+          break;
+        default:
+          Scores<W, R, NB>(q, d_len, kb, b0, p.sm_scale, s);
+          break;
+      }
     }
   }
   const float cap = p.logits_soft_cap;
@@ -229,10 +228,8 @@ void TileRows(const Params& p, const float* __restrict q, const Range* own,
     for (; i + kLanes <= e; i += kLanes)
       for (int64_t j = 0; j < kLanes; ++j) part[j] += x[i + j];
     for (int64_t j = 0; i < e; ++i, ++j) part[j] += x[i];
-    for (int64_t w = kLanes / 2; w > 0; w /= 2)
-      for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
     scale[r] = vmath::Exp(m[r] - mx);  // 0 for the row's first keys (m = -inf)
-    l[r] = l[r] * scale[r] + part[0], m[r] = mx;
+    l[r] = l[r] * scale[r] + AddLanes(part), m[r] = mx;
   }
   // o = o * scale + sum over the tile's keys of exp(s - max) v
   const int64_t blocks = dp / W;
@@ -309,9 +306,9 @@ void RunItem(const Params& p, DType dt, const Item& it, Scratch& w) {
   // The keys the item's tokens see: both ends of the range move right with t.
   const int64_t base = Visible(p, rq, it.t0).lo;
   const int64_t end = Visible(p, rq, it.t1 - 1).hi;
+  const int64_t lanes = VectorLanes();
   for (int64_t t0 = base; t0 < end; t0 += kTile) {
     const int64_t n = std::min(kTile, end - t0);
-    const int64_t lanes = VectorLanes();
     LoadTile(p, dt, it.b, it.hk, t0, n, lanes, dot, w.k.data(), w.v.data(), w.row.data());
     // rows R at a time (the rest one by one), R x NB vectors of W floats of partial results
     auto tile_rows = [&](auto w_, auto r_, auto nb_, auto dot_) {

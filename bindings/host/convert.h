@@ -29,6 +29,14 @@ namespace xkernels::host {
 // Elements per block of the per-element loops: a fixed trip count, which GCC vectorizes.
 constexpr int64_t kLanes = 16;
 
+// part[0] + ... + part[kLanes - 1], added pairwise (lane j + w into lane j, w = kLanes / 2 .. 1):
+// kLanes partial sums of a vectorized loop into one, in the same order on every CPU.
+inline float AddLanes(float* part) {
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
+  return part[0];
+}
+
 inline float BitsToFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);

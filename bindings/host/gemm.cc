@@ -23,8 +23,7 @@
 // a lambda compiled for the baseline target, SSE2 without FMA, whatever the CPU); their buffers
 // are kept between calls (up to k 4096). Against std::threads started per call above 1e7
 // multiply-adds: 96 x 256 x 384 0.34 -> 0.20 ms (now on two threads), 1 x 4096 x 4096 5.1 -> 3.0,
-// 16 x 4096 x 4096 9.8
-// -> 7.2; 512 x 2048 x 2048 and 64 x 4096 x 4096 the same within the noise.
+// 16 x 4096 x 4096 9.8 -> 7.2; 512 x 2048 x 2048 and 64 x 4096 x 4096 the same within the noise.
 #include "host/gemm.h"
 
 #include <algorithm>
@@ -51,9 +50,7 @@ using gemm::Scale;
 
 constexpr int64_t kTileRows = 32;  // rows of a converted at a time
 constexpr int64_t kTileCols = 64;  // columns of out (rows of the float b) per tile
-constexpr int64_t kMacsPerElement = 16;
-constexpr int64_t kKeptPanelFloats =
-    int64_t{1} << 18;  // 1 MB a thread  // multiply-adds costing about an element of parallel.h
+constexpr int64_t kKeptPanelFloats = int64_t{1} << 18;  // 1 MB a thread: a panel of k <= 4096
 constexpr int64_t kPackRows = 32;     // rows of a from which the panel is packed k-major
 constexpr int64_t kMr = 8, kNr = 32;  // the micro-kernel's rows and columns (16 AVX-512 sums)
 constexpr int64_t kBlock = gemm::kScaleBlock;
@@ -130,9 +127,7 @@ inline void Dots(const float* __restrict a, int64_t lda, const float* __restrict
       float part[kLanes];
       for (int64_t h = 0; h < H; ++h) StoreV(part + h * W, acc[r][q][h]);
       for (int64_t i = c, j = 0; i < k; ++i, ++j) part[j] += a[r * lda + i] * b[q * ldb + i];
-      for (int64_t w = kLanes / 2; w > 0; w /= 2)
-        for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
-      out[r * ldo + q] = part[0];
+      out[r * ldo + q] = AddLanes(part);
     }
   }
 }

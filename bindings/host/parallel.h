@@ -17,6 +17,9 @@ namespace xkernels::host {
 // Elements (read plus written) below which a thread is not worth waking: on an EPYC (Zen 4) under
 // KVM a wake-up and the join cost 10-30 us, the time to stream ~64K elements of the cheaper ops.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;
+// Multiply-adds of the vectorized products (host attention and GEMM) costing about an element of
+// the above: ParallelFor's `work` for items of m multiply-adds is m / kMacsPerElement.
+constexpr int64_t kMacsPerElement = 16;
 
 // The threads the host ops use, the caller's included: XKERNELS_HOST_THREADS when set to a number
 // >= 1, else the CPUs this process may run on (sched_getaffinity). Read once.
