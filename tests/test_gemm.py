@@ -591,6 +591,23 @@ def test_gpu_gemm_wide192(dtype, variant):
                     **GEMM_VARIANTS[variant]))
 
 
+# The 64-row tiles of m > 128 (gemm.h's TileGrid: where the last row of 128-row tiles would be at
+# most half used): m 330, n 4104 takes 64 x 192 ones (6 x 22 = 132 tiles, one round) and m 320,
+# n 6104 64 x 256 ones (5 x 24 = 120), as does the gated product of m 320, n 3048 (its tiles span
+# 2n = 6096 columns); every variant (partial last tiles in n and m, bias, fp32 output, strided and
+# leading dimensions, forced splits) against the float64 reference.
+@gpu
+@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
+@pytest.mark.parametrize("m,n", [(330, 4104), (320, 6104)])
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_slim(dtype, m, n, variant):
+    check(gemm_case(m, n, 1000, dtype, "cuda", seed_of("gpuslim", dtype, m, n, variant),
+                    **GEMM_VARIANTS[variant]))
+    if variant == "plain":
+        check(gated_case(320, 3048, 1000, dtype, "cuda", seed_of("gpuslimg", dtype, n),
+                         bias="float32"))
+
+
 @gpu
 @pytest.mark.parametrize("kernel", ["auto", "sm80", "sm90"])
 @pytest.mark.parametrize("num_splits", [0, 1, 2, 7, 64])
