@@ -38,7 +38,7 @@ cudaError_t LaunchTile(const Params& p, cudaStream_t stream, const DeviceProps& 
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   void (*kernel)(Params) = nullptr;
   if constexpr (Tl::kPipelinedKv) {  // a dense or ragged KV without soft cap: the kernel for it
-    if (p.kv_mode != KvMode::kPaged && !(p.logits_soft_cap > 0.f)) {
+    if (DenseKernelRuns<Tl, T>(p)) {
       XK_CUDA_TRY((PreparedKernel<Tl, T, false>(&kernel)));
     }
   }

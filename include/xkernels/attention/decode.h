@@ -38,8 +38,11 @@ using MidTile = Tile<D, 16, 4, 1, 64, (D == 256 ? 2 : 3), (D == 256 ? 32 : 64), 
 // The pipelined loop (prefill.h, kPipelinedKv; two stages): H100 bf16, TFLOP/s non-causal /
 // causal, against the loop before it (d 64 in 3 stages): s 8192 32 x d 128 346 / 309 -> 356 / 324,
 // s 4096 GQA 32/8 d 128 335 / 287 -> 353 / 292, s 8192 16 x d 64 314 / 258 -> 336 / 271.
+// Rows padded at head_dim 64 (Tile::kPadRows; 55296 bytes of shared memory against 49152):
+// s 8192 16 x d 64 328.9 / 274.3 swizzled -> 339.7 / 276.0 (at head_dim 128 the swizzle is faster:
+// 371.4 / 329.3 against 359.6 / 327.7 padded).
 template <int D>
-using PrefillTile = Tile<D, 32, 4, 1, 64, 2, 64, D == 64, D == 128, true>;
+using PrefillTile = Tile<D, 32, 4, 1, 64, 2, 64, D == 64, D == 128, true, D == 64>;
 
 inline TileShape ChooseShape(int64_t head_dim, int64_t rows_per_request) {
   if (rows_per_request <= 16) return TileShape::kDecode;

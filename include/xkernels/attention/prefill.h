@@ -37,7 +37,8 @@ namespace xkernels::attention {
 // kWarpsKv warps, kTileKv keys per stage (kTileKv / kWarpsKv per warp, processed kKvStep at a
 // time: the registers of S), kStages stages, Q in registers or in shared memory.
 template <int kHeadDim_, int kWarpRows_, int kWarpsQ_, int kWarpsKv_, int kTileKv_, int kStages_,
-          int kKvStep_, bool kQInRegs_, bool kRowSumMma_ = false, bool kPipelinedKv_ = false>
+          int kKvStep_, bool kQInRegs_, bool kRowSumMma_ = false, bool kPipelinedKv_ = false,
+          bool kPadRows_ = false>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_, kWarpRows = kWarpRows_, kWarpsQ = kWarpsQ_;
   static constexpr int kWarpsKv = kWarpsKv_, kTileKv = kTileKv_, kStages = kStages_;
@@ -46,23 +47,35 @@ struct Tile {
   // product (32 rows x 128 head dims: Q's 64 registers, O's 128 and S's do not fit in 255).
   static constexpr bool kQInRegs = kQInRegs_;
   // The softmax's row sums as P x ones on the tensor cores (the sum of the 16-bit P that the
-  // P V product uses) instead of FADDs on every element.
+  // P V product uses) instead of FADDs on every element: one mma chain per key step.
   static constexpr bool kRowSumMma = kRowSumMma_;
   // The prefill loop (v4): a tile's K and V in separate commit groups (S = Q K^T waits for K
   // only, P V for V; the next K loads under P V, the next V under the next S), copies predicated
   // rather than branched around (zero-filled past the last tile), O rescaled at every tile, and
   // the tiles that need no mask run a body compiled without it: no branch inside a tile's body.
   // Two stages. With Q read from shared memory (head_dim 128: 255 registers), the ldmatrix lanes
-  // take one register each (SwizzledLane1).
+  // take one register each (SwizzledLane1). Few values live across the tiles (no spills in the
+  // loop): the unmasked tiles in a loop of their own, K / V source pointers carried and stepped,
+  // one limit for the zero fill, the stage toggled by XOR, the row sums' chain from C = l.
+  // Unmasked tile, sm_90a SASS: d 128 911 -> 838 instructions (13 -> 0 LDL), d 64 643 -> 608
+  // (2 -> 0; with kPadRows). H100 bf16 TFLOP/s non-causal / causal: s 8192 32 x d 128 354.6 /
+  // 321.3 -> 371.4 / 329.3, s 4096 GQA 32/8 d 128 346.2 / 293.8 -> 350.6 / 304.8 (bit-identical).
   static constexpr bool kPipelinedKv = kPipelinedKv_;
   static constexpr bool kCompactLanes = kPipelinedKv && !kQInRegs;
+  // Rows of Q, K and V in shared memory padded by 16 bytes instead of XOR-swizzled (swizzle.h):
+  // consecutive rows start 4 banks apart, so the 8 rows an ldmatrix reads (and the chunks of a
+  // cp.async) still fall in distinct banks, and with no XOR every ldmatrix address of a thread is
+  // one register plus an immediate (no per-lane chunk offsets).
+  static constexpr bool kPadRows = kPadRows_;
   static constexpr int kThreads = 32 * kWarpsQ * kWarpsKv;
   static constexpr int kRows = kWarpRows * kWarpsQ;   // query rows of the block
   static constexpr int kMmaM = kWarpRows / 16;        // m16 fragments per warp
   static constexpr int kWarpKv = kTileKv / kWarpsKv;  // keys per warp per tile
   static constexpr int kChunks = kHeadDim / 8;        // 16-byte chunks per row
-  static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kKvBytes = kTileKv * kHeadDim * 2;  // K (or V) of one stage
+  static constexpr int kRowBytes = kChunks * 16 + (kPadRows ? 16 : 0);
+  static constexpr int kRowStep = kThreads / kChunks;  // rows between a thread's cp.async chunks
+  static constexpr int kQBytes = kRows * kRowBytes;
+  static constexpr int kKvBytes = kTileKv * kRowBytes;  // K (or V) of one stage
   // States of kWarpsKv warps, merged at the end: o [kWarpsKv][kRows][kHeadDim] and (m, l).
   static constexpr int kMergeBytes = kWarpsKv > 1 ? kWarpsKv * kRows * (kHeadDim + 2) * 4 : 0;
   static constexpr int kPipeBytes = kQBytes + 2 * kStages * kKvBytes;
@@ -137,6 +150,45 @@ XK_DEVICE float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The offsets one thread's ldmatrix rows take in a tile of padded rows (Tile::kPadRows): its row
+// `row` at chunk b, everything else an immediate (SwizzledLane's interface).
+template <int kRowBytes>
+struct PaddedLane {
+  uint32_t off;  // bytes from the tile's base: chunk b of the thread's row
+
+  XK_DEVICE PaddedLane(int row, int b) : off(static_cast<uint32_t>(row * kRowBytes + b * 16)) {}
+  XK_DEVICE uint32_t at(int rows_down, int chunk) const {
+    return off + static_cast<uint32_t>(rows_down * kRowBytes + chunk * 16);
+  }
+};
+
+// d = C + the row sums of the A fragment a, as a x (16 x 8 ones): rows g and g + 8 in d[0] and
+// d[2] (d[1], d[3] the same sums, never read). kFirst: C = {c0, c0, c2, c2}; else C = d, a chain
+// in place. Against mma.h's rowsum_m16k16 (C = {l0, 0, l1, 0} at every mma) the chain needs no
+// zero registers, and from c0, c2 = the running sums it adds the same values in the same order.
+template <typename T, bool kFirst>
+XK_DEVICE void rowsum_chain(float (&d)[4], const uint32_t (&a)[4], float c0, float c2) {
+  static_assert(sizeof(T) == 2, "16-bit operands");
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr uint32_t kOnes = kBf16 ? 0x3F803F80u : 0x3C003C00u;
+#define XK_ROWSUM_CHAIN(TY, C)                                    \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY \
+               ".f32 {%0, %1, %2, %3}, "                          \
+               "{%4, %5, %6, %7}, {%8, %8}, " C ";"               \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])   \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes), "f"(c0), "f"(c2))
+  if constexpr (kFirst && kBf16) {
+    XK_ROWSUM_CHAIN("bf16", "{%9, %9, %10, %10}");
+  } else if constexpr (kFirst) {
+    XK_ROWSUM_CHAIN("f16", "{%9, %9, %10, %10}");
+  } else if constexpr (kBf16) {
+    XK_ROWSUM_CHAIN("bf16", "{%0, %1, %2, %3}");
+  } else {
+    XK_ROWSUM_CHAIN("f16", "{%0, %1, %2, %3}");
+  }
+#undef XK_ROWSUM_CHAIN
+}
+
 // Finds this block's (request, query tile) among a ragged batch: the blocks of request b are its
 // ceil(q_len(b) * group / kRows) tiles, in order over the batch. Warp 0 scans qo_indptr 32
 // requests at a time. Returns false for blocks past the last tile.
@@ -186,7 +238,8 @@ XK_DEVICE bool find_ragged_tile(const Params& p, int group, int block, int& b, i
 }  // namespace detail
 
 // kGeneric: the KV layout (dense / ragged or paged) and the soft cap are read from p at run time;
-// false compiles a dense or ragged KV without soft cap only (the pipelined tiles' common case).
+// false compiles a dense or ragged KV without soft cap only (the pipelined tiles' common case;
+// DenseKernelRuns).
 template <class Tl, typename T, bool kGeneric = true>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
     AttentionKernel(const __grid_constant__ Params p) {
@@ -242,22 +295,21 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   if (p.causal) full_hi = max(0, min(full_hi, t_first + diag + 1));
   if (p.window_left >= 0) full_lo = t_last + diag - p.window_left;
 
-  // ---- shared memory: Q, then kStages stages of K and V
-  const uint32_t s_base = mma::smem_addr(smem);
-  const SwizzledTile<Tl::kRows, kChunks> sQ{s_base};
-  auto sK = [&](int slot) {
-    return SwizzledTile<kTileKv, kChunks>{s_base + Tl::kQBytes + slot * 2 * Tl::kKvBytes};
+  // ---- shared memory: Q, then kStages stages of K and V (a stage: K, then V), rows of kRowBytes
+  // (XOR-swizzled, or padded: Tl::kPadRows)
+  constexpr int kRowBytes = Tl::kRowBytes, kKvBytes = Tl::kKvBytes;
+  constexpr uint32_t kStageBytes = 2 * kKvBytes;
+  auto row_at = [](int row, int ch) -> uint32_t {  // bytes of logical chunk ch of a tile's row
+    if constexpr (Tl::kPadRows) return static_cast<uint32_t>(row * kRowBytes + ch * 16);
+    return SwizzledTile<kTileKv, kChunks>{0}.at(row, ch);
   };
-  auto sV = [&](int slot) {
-    return SwizzledTile<kTileKv, kChunks>{s_base + Tl::kQBytes + slot * 2 * Tl::kKvBytes +
-                                          Tl::kKvBytes};
-  };
+  const uint32_t s_base = mma::smem_addr(smem), s_kv = s_base + Tl::kQBytes;
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
   const int chunk = tid % kChunks;  // the 16-byte column this thread loads in every tile
   const int first_row = tid / kChunks;
-  constexpr int kRowStep = Tl::kThreads / kChunks;
+  constexpr int kRowStep = Tl::kRowStep, kLoadRows = kTileKv / kRowStep;
 
   // Q rows: packed row R -> token R / group, head kv_head * group + R % group (zero past q_len)
 #pragma unroll
@@ -269,66 +321,85 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     const bool valid = t < q_len;
     const T* src = q + b * p.q_stride_b + (q_begin + (valid ? t : 0)) * p.q_stride_t +
                    h * p.q_stride_h + chunk * 8;
-    pipeline::cp_async_16(sQ.at(r, chunk), valid ? src : q, valid);
+    pipeline::cp_async_16(s_base + row_at(r, chunk), valid ? src : q, valid);
   }
   pipeline::commit();
 
-  const T* k_row0 = k + kv.k_base + chunk * 8;  // dense, ragged: key 0 of this thread's column
+  // K and V: the thread's rows first_row + n * kRowStep (n < kLoadRows) of every tile, at
+  // stage_row(n) in a stage (rows 8k apart share their swizzle: one offset plus an immediate).
+  auto stage_row = [&](int n) -> uint32_t {
+    if constexpr (Tl::kPadRows || kRowStep % 8 == 0) {
+      return row_at(first_row, chunk) + n * kRowStep * kRowBytes;
+    }
+    return row_at(first_row + n * kRowStep, chunk);
+  };
+  // Positions >= lim are zero-filled: past the request's keys, and all of a tile >= j_end.
+  const int32_t lim = min(kv.len, j_end * kTileKv);
+  // Dense, ragged: kp / vp at the thread's first row of the next tile to issue (tiles are issued
+  // in order; each issue steps them past its tile), kRowStep rows a step of k_step / v_step
+  // bytes: 32 bits in the dense kernel (one IMAD.WIDE a row; larger strides run on the generic
+  // one, DenseKernelRuns).
+  using Step = std::conditional_t<kGeneric, uint64_t, uint32_t>;
+  const Step k_step = static_cast<Step>(kRowStep * p.k_stride_t * sizeof(T));
+  const Step v_step = static_cast<Step>(kRowStep * p.v_stride_t * sizeof(T));
+  auto step_rows = [](const T* ptr, Step step, int n) {
+    return reinterpret_cast<const T*>(reinterpret_cast<uint64_t>(ptr) +
+                                      static_cast<uint64_t>(step) * n);
+  };
+  const T* k_row0 = k + kv.k_base + chunk * 8;  // key 0 of this thread's column (paged: page 0)
   const T* v_row0 = v + kv.v_base + chunk * 8;
+  const T* kp = k_row0 + static_cast<int64_t>(j_begin * kTileKv + first_row) * p.k_stride_t;
+  const T* vp = v_row0 + static_cast<int64_t>(j_begin * kTileKv + first_row) * p.v_stride_t;
   const bool paged = kGeneric && p.kv_mode == KvMode::kPaged;
-  // Tile j's keys (load_k) and values (load_v) into its slot, zeros at positions >= lim.
-  auto issue = [&](int j, int32_t lim, bool load_k, bool load_v) {
-    const int slot = (j - j_begin) % kStages;
-    const SwizzledTile<kTileKv, kChunks> dk = sK(slot), dv = sV(slot);
+  // Tile j's keys (load_k) and values (load_v) into the stage `stage` bytes past the first.
+  auto issue = [&](int j, uint32_t stage, bool load_k, bool load_v) {
+    const uint32_t dk = s_kv + stage, dv = dk + kKvBytes;
+    const int32_t rem = lim - (j * kTileKv + first_row);  // row n valid while n * kRowStep < rem
     if (paged) {
 #pragma unroll
-      for (int n = 0; n < kTileKv / kRowStep; ++n) {
-        const int r = first_row + n * kRowStep;
-        const int32_t pos = j * kTileKv + r;
-        const bool valid = pos < lim;
-        const int32_t at = valid ? pos : 0;  // (a position of the request: kv.len > 0 here)
+      for (int n = 0; n < kLoadRows; ++n) {
+        const bool valid = n * kRowStep < rem;
+        const int32_t at = valid ? j * kTileKv + first_row + n * kRowStep : 0;  // (kv.len > 0)
         if (load_k) {
           pipeline::cp_async_16(
-              dk.at(r, chunk), k_row0 + detail::paged_offset(p, kv, at, p.k_stride_b, p.k_stride_t),
-              valid);
+              dk + stage_row(n),
+              k_row0 + detail::paged_offset(p, kv, at, p.k_stride_b, p.k_stride_t), valid);
         }
         if (load_v) {
           pipeline::cp_async_16(
-              dv.at(r, chunk), v_row0 + detail::paged_offset(p, kv, at, p.v_stride_b, p.v_stride_t),
-              valid);
+              dv + stage_row(n),
+              v_row0 + detail::paged_offset(p, kv, at, p.v_stride_b, p.v_stride_t), valid);
         }
       }
-    } else {  // rows kRowStep apart: one pointer each for K and V, stepped (few registers)
-      const int32_t pos0 = j * kTileKv + first_row;
-      const T* kp = k_row0 + pos0 * p.k_stride_t;
-      const T* vp = v_row0 + pos0 * p.v_stride_t;
+    } else {
 #pragma unroll
-      for (int n = 0; n < kTileKv / kRowStep; ++n) {
-        const int r = first_row + n * kRowStep;
-        const bool valid = pos0 + n * kRowStep < lim;
-        if (load_k) pipeline::cp_async_16(dk.at(r, chunk), kp, valid);
-        if (load_v) pipeline::cp_async_16(dv.at(r, chunk), vp, valid);
-        kp += kRowStep * p.k_stride_t;
-        vp += kRowStep * p.v_stride_t;
+      for (int n = 0; n < kLoadRows; ++n) {
+        const bool valid = n * kRowStep < rem;
+        if (load_k) pipeline::cp_async_16(dk + stage_row(n), step_rows(kp, k_step, n), valid);
+        if (load_v) pipeline::cp_async_16(dv + stage_row(n), step_rows(vp, v_step, n), valid);
       }
+      if (load_k) kp = step_rows(kp, k_step, kLoadRows);
+      if (load_v) vp = step_rows(vp, v_step, kLoadRows);
     }
   };
   if constexpr (kPipe) {  // K of the first tile, then its V: two groups
-    if (j_begin < j_end) issue(j_begin, kv.len, true, false);
+    if (j_begin < j_end) issue(j_begin, 0, true, false);
     pipeline::commit();
-    if (j_begin < j_end) issue(j_begin, kv.len, false, true);
+    if (j_begin < j_end) issue(j_begin, 0, false, true);
     pipeline::commit();
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (j_begin + s < j_end) issue(j_begin + s, kv.len, true, true);
+      if (j_begin + s < j_end) issue(j_begin + s, s * kStageBytes, true, true);
       pipeline::commit();
     }
   }
 
   // ---- Q's A fragments of rows wq * kWarpRows .. + kWarpRows: into registers once, or from
   // shared memory at every product (q_at)
-  using Lane = std::conditional_t<Tl::kCompactLanes, SwizzledLane1<kChunks>, SwizzledLane<kChunks>>;
+  using Lane = std::conditional_t<
+      Tl::kPadRows, detail::PaddedLane<kRowBytes>,
+      std::conditional_t<Tl::kCompactLanes, SwizzledLane1<kChunks>, SwizzledLane<kChunks>>>;
   const Lane q_lane(wq * Tl::kWarpRows + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
   auto q_at = [&](int mi, int kk) { return s_base + q_lane.at(mi * 16, 2 * kk); };
   // the thread's ldmatrix rows of K (B operand: keys as n) and V (transposed B: keys as k)
@@ -362,23 +433,29 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   const float cap_in = cap > 0.f ? p.sm_scale / cap : 0.f;
 
   // ---- the key tiles: tile j's body, its mask kMask (kNoMask, kMasked, or kCheck: decided per
-  // tile at run time)
+  // tile at run time). Tile j's stage is `stage` bytes past the first, carried from tile to tile.
   enum { kNoMask, kMasked, kCheck };
+  uint32_t stage = 0;
+  auto advance = [](uint32_t st, int n) -> uint32_t {  // the stage of the tile n after st's
+    if constexpr (kStages == 2) return n % 2 ? st ^ kStageBytes : st;  // the other one: XOR
+    const uint32_t x = st + n * kStageBytes;
+    return x >= kStages * kStageBytes ? x - kStages * kStageBytes : x;
+  };
   auto tile_body = [&](int j, auto mask_kind) {
     constexpr int kMask = decltype(mask_kind)::value;
+    const uint32_t stage_next = advance(stage, 1);
     if constexpr (kPipe) {
       pipeline::wait<1>();  // tile j's K landed (its V may still be in flight)
       __syncthreads();      // ... for every warp; and every warp is done with tile j - 1's slots
-      issue(j + 1, j + 1 < j_end ? kv.len : 0, true, false);
+      issue(j + 1, stage_next, true, false);  // (zeros past j_end)
       pipeline::commit();
     } else {
       pipeline::wait<kStages - 2>();
       __syncthreads();  // tile j visible to all; every warp done with tile j - 1's slot
-      if (j + kStages - 1 < j_end) issue(j + kStages - 1, kv.len, true, true);
+      if (j + kStages - 1 < j_end) issue(j + kStages - 1, advance(stage, kStages - 1), true, true);
       pipeline::commit();
     }
-    const int slot = (j - j_begin) % kStages;
-    const uint32_t tk = sK(slot).base, tv = sV(slot).base;
+    const uint32_t tk = s_kv + stage, tv = tk + kKvBytes;
     const bool masked =
         kMask == kCheck ? j * kTileKv < full_lo || (j + 1) * kTileKv > full_hi : kMask == kMasked;
 
@@ -490,19 +567,26 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         if (step == 0) {
           pipeline::wait<1>();  // tile j's V landed (the next K may still be in flight)
           __syncthreads();
-          issue(j + 1, j + 1 < j_end ? kv.len : 0, false, true);
+          issue(j + 1, stage_next, false, true);
           pipeline::commit();
         }
       }
-      // O += P V
+      // O += P V; kRowSumMma: l += P x ones on the tensor cores, one mma chain per step from
+      // C = l (rs: (m16, C registers); l = rs[0], rs[2] after the step)
+      [[maybe_unused]] float rs[kMmaM][4];
 #pragma unroll
       for (int ks = 0; ks < kStep / 16; ++ks) {
         uint32_t pa[kMmaM][4];
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi) {
           mma::c_to_a<T>(pa[mi], s[mi][2 * ks], s[mi][2 * ks + 1]);
-          // kRowSumMma: l += P x ones, on the tensor cores, into l in place
-          if constexpr (Tl::kRowSumMma) mma::rowsum_m16k16<T>(l[mi][0], l[mi][1], pa[mi]);
+          if constexpr (Tl::kRowSumMma) {
+            if (ks == 0) {
+              detail::rowsum_chain<T, true>(rs[mi], pa[mi], l[mi][0], l[mi][1]);
+            } else {
+              detail::rowsum_chain<T, false>(rs[mi], pa[mi], 0.f, 0.f);
+            }
+          }
         }
 #pragma unroll
         for (int dn2 = 0; dn2 < kD / 16; ++dn2) {
@@ -515,16 +599,24 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           }
         }
       }
+      if constexpr (Tl::kRowSumMma) {
+#pragma unroll
+        for (int mi = 0; mi < kMmaM; ++mi) {
+          l[mi][0] = rs[mi][0];
+          l[mi][1] = rs[mi][2];
+        }
+      }
     }
+    stage = stage_next;
   };
-  if constexpr (kPipe) {  // the tiles inside [u0, u1) need no mask
+  if constexpr (kPipe) {  // the tiles inside [u0, u1) need no mask: a loop of their own
     const int u0 = min(j_end, max(j_begin, full_lo > 0 ? (full_lo + kTileKv - 1) / kTileKv : 0));
     const int u1 = max(u0, min(j_end, max(0, full_hi) / kTileKv));
-    for (int j = j_begin; j < j_end; ++j) {
-      if (j < u0 || j >= u1) {
-        tile_body(j, std::integral_constant<int, kMasked>{});
+    for (int j = j_begin; j < j_end;) {
+      if (j >= u0 && j < u1) {
+        for (; j < u1; ++j) tile_body(j, std::integral_constant<int, kNoMask>{});
       } else {
-        tile_body(j, std::integral_constant<int, kNoMask>{});
+        tile_body(j++, std::integral_constant<int, kMasked>{});
       }
     }
   } else {
@@ -655,6 +747,16 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       }
     }
   }
+}
+
+// Whether AttentionKernel<Tl, T, false> runs p: a dense or ragged KV without soft cap, whose
+// byte steps of Tl::kRowStep rows fit its 32-bit steps.
+template <class Tl, typename T>
+inline bool DenseKernelRuns(const Params& p) {
+  constexpr int64_t kMaxStride = (int64_t{1} << 32) / (Tl::kRowStep * sizeof(T));
+  auto fits = [](int64_t stride) { return stride >= 0 && stride < kMaxStride; };
+  return p.kv_mode != KvMode::kPaged && !(p.logits_soft_cap > 0.f) && fits(p.k_stride_t) &&
+         fits(p.v_stride_t);
 }
 
 }  // namespace xkernels::attention
