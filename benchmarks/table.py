@@ -80,7 +80,7 @@ def attention_tables(rows: list[dict]) -> str:
         for case in cases:
             by = {r["impl"]: (i, r) for i, r in mine if r["case"] == case}
 
-            def fig(impl):
+            def fig(impl, by=by, key=key):  # bound now: called within this iteration
                 if impl not in by:
                     return "-"
                 r = by[impl][1]
@@ -92,7 +92,7 @@ def attention_tables(rows: list[dict]) -> str:
             xi = by.get("xkernels", (None, None))[0]
             a, c = best.get(xi, (None, None)) if xi is not None else (None, None)
 
-            def ratio(j):
+            def ratio(j, xi=xi):
                 if j is None:
                     return "-"
                 return f"{fmt_ratio(rows[xi]['ms'] / rows[j]['ms'])} ({rows[j]['impl']})"

@@ -323,8 +323,8 @@ def _attention_source(op: Op) -> str:
         lines.append(f"    if type({x}) is not _ArrayImpl: {x} = _array({op.name!r}, {x!r}, {x})")
     lines += [
         "    try:",
-        f"        return _attention_core({op.name!r}, {ac.attrs(op)}, _device_id({ins[0]}))"
-        f"({', '.join(ins)})",
+        (f"        return _attention_core({op.name!r}, {ac.attrs(op)}, _device_id({ins[0]}))"
+         f"({', '.join(ins)})"),
         "    except (ValueError, TypeError, RuntimeError):",
         f"        _same_device(_OP_{op.name}, ({', '.join(ins)},))",
         "        raise",

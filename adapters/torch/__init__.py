@@ -145,8 +145,8 @@ def _attention_source(op: Op) -> str:
         if not op.workspace:
             return [f"{indent}_FN[{op.name!r}]({', '.join(dests + ins + attr_args)})"]
         return [f"{indent}_a, _n = {ac.plan(op, f'{first}.get_device()')}",
-                f"{indent}_FN[{op.name!r}]({', '.join(dests)}, _empty(_n, dtype=_f32, "
-                f"device={first}.device), {', '.join(ins)}, *_a)"]
+                (f"{indent}_FN[{op.name!r}]({', '.join(dests)}, _empty(_n, dtype=_f32, "
+                 f"device={first}.device), {', '.join(ins)}, *_a)")]
 
     def call(name: str, args: str, dests: list[str]) -> list[str]:
         return [f"    if type({first}) is _Tensor and not _is_compiling():",
@@ -179,8 +179,8 @@ def _attention_source(op: Op) -> str:
         return "\n".join(lines) + "\n"
     for o in op.outputs:
         lines += [f"    if {o.name} is None:",
-                  f"        {o.name} = _empty({ac.shape(op, o)}, "
-                  f"dtype={ac.dtype(o, f'{o.like}.dtype')}, device={o.like}.device)",
+                  (f"        {o.name} = _empty({ac.shape(op, o)}, "
+                   f"dtype={ac.dtype(o, f'{o.like}.dtype')}, device={o.like}.device)"),
                   f"    elif not isinstance({o.name}, _Tensor):",
                   f"        _not_tensor({op.name!r}, {o.name!r}, {o.name})"]
     lines += [
