@@ -75,24 +75,29 @@ XK_DEVICE void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
   }
 }
 
-// l0 += the sum of row g of the A fragment a, l1 += that of row g + 8: a times a 16 x 8 B of ones,
-// accumulated in place (the product's columns 1 and 3, the same sums again, are discarded). The
-// row sums of a softmax's P on the tensor cores, of the 16-bit P that the P V product uses.
-template <typename T>
-XK_DEVICE void rowsum_m16k16(float& l0, float& l1, const uint32_t (&a)[4]) {
+// d = C + the row sums of the A fragment a, as a times a 16 x 8 B of ones: rows g and g + 8 in
+// d[0] and d[2] (d[1], d[3] the same sums, never read). kFirst: C = {c0, c0, c2, c2}; else C = d,
+// a chain in place over a tile's k steps (no zero registers for C; from c0, c2 = the running sums
+// the additions come in the same order as one mma per step into them). The row sums of a
+// softmax's P on the tensor cores, of the 16-bit P that the P V product uses.
+template <typename T, bool kFirst>
+XK_DEVICE void rowsum_m16k16(float (&d)[4], const uint32_t (&a)[4], float c0, float c2) {
   static_assert(sizeof(T) == 2, "16-bit operands");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr uint32_t kOnes = kBf16 ? 0x3F803F80u : 0x3C003C00u;
-#define XK_ROWSUM_MMA(TY)                                                                 \
-  asm volatile("{\n.reg .f32 d1, d3;\nmma.sync.aligned.m16n8k16.row.col.f32." TY "." TY   \
-               ".f32 {%0, d1, %1, d3}, {%2, %3, %4, %5}, {%6, %6}, {%0, 0f00000000, %1, " \
-               "0f00000000};\n}"                                                          \
-               : "+f"(l0), "+f"(l1)                                                       \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes))
-  if constexpr (kBf16) {
-    XK_ROWSUM_MMA("bf16");
+#define XK_ROWSUM_MMA(TY, C)                                               \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY          \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %8}, " C ";" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes), "f"(c0), "f"(c2))
+  if constexpr (kFirst && kBf16) {
+    XK_ROWSUM_MMA("bf16", "{%9, %9, %10, %10}");
+  } else if constexpr (kFirst) {
+    XK_ROWSUM_MMA("f16", "{%9, %9, %10, %10}");
+  } else if constexpr (kBf16) {
+    XK_ROWSUM_MMA("bf16", "{%0, %1, %2, %3}");
   } else {
-    XK_ROWSUM_MMA("f16");
+    XK_ROWSUM_MMA("f16", "{%0, %1, %2, %3}");
   }
 #undef XK_ROWSUM_MMA
 }

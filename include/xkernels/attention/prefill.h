@@ -162,33 +162,6 @@ struct PaddedLane {
   }
 };
 
-// d = C + the row sums of the A fragment a, as a x (16 x 8 ones): rows g and g + 8 in d[0] and
-// d[2] (d[1], d[3] the same sums, never read). kFirst: C = {c0, c0, c2, c2}; else C = d, a chain
-// in place. Against mma.h's rowsum_m16k16 (C = {l0, 0, l1, 0} at every mma) the chain needs no
-// zero registers, and from c0, c2 = the running sums it adds the same values in the same order.
-template <typename T, bool kFirst>
-XK_DEVICE void rowsum_chain(float (&d)[4], const uint32_t (&a)[4], float c0, float c2) {
-  static_assert(sizeof(T) == 2, "16-bit operands");
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr uint32_t kOnes = kBf16 ? 0x3F803F80u : 0x3C003C00u;
-#define XK_ROWSUM_CHAIN(TY, C)                                    \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY \
-               ".f32 {%0, %1, %2, %3}, "                          \
-               "{%4, %5, %6, %7}, {%8, %8}, " C ";"               \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])   \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(kOnes), "f"(c0), "f"(c2))
-  if constexpr (kFirst && kBf16) {
-    XK_ROWSUM_CHAIN("bf16", "{%9, %9, %10, %10}");
-  } else if constexpr (kFirst) {
-    XK_ROWSUM_CHAIN("f16", "{%9, %9, %10, %10}");
-  } else if constexpr (kBf16) {
-    XK_ROWSUM_CHAIN("bf16", "{%0, %1, %2, %3}");
-  } else {
-    XK_ROWSUM_CHAIN("f16", "{%0, %1, %2, %3}");
-  }
-#undef XK_ROWSUM_CHAIN
-}
-
 // Finds this block's (request, query tile) among a ragged batch: the blocks of request b are its
 // ceil(q_len(b) * group / kRows) tiles, in order over the batch. Warp 0 scans qo_indptr 32
 // requests at a time. Returns false for blocks past the last tile.
@@ -582,9 +555,9 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           mma::c_to_a<T>(pa[mi], s[mi][2 * ks], s[mi][2 * ks + 1]);
           if constexpr (Tl::kRowSumMma) {
             if (ks == 0) {
-              detail::rowsum_chain<T, true>(rs[mi], pa[mi], l[mi][0], l[mi][1]);
+              mma::rowsum_m16k16<T, true>(rs[mi], pa[mi], l[mi][0], l[mi][1]);
             } else {
-              detail::rowsum_chain<T, false>(rs[mi], pa[mi], 0.f, 0.f);
+              mma::rowsum_m16k16<T, false>(rs[mi], pa[mi], 0.f, 0.f);
             }
           }
         }
