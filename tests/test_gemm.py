@@ -591,21 +591,48 @@ def test_gpu_gemm_wide192(dtype, variant):
                     **GEMM_VARIANTS[variant]))
 
 
-# The 64-row tiles of m > 128 (gemm.h's TileGrid: where the last row of 128-row tiles would be at
-# most half used): m 330, n 4104 takes 64 x 192 ones (6 x 22 = 132 tiles, one round) and m 320,
-# n 6104 64 x 256 ones (5 x 24 = 120), as does the gated product of m 320, n 3048 (its tiles span
-# 2n = 6096 columns); every variant (partial last tiles in n and m, bias, fp32 output, strided and
-# leading dimensions, forced splits) against the float64 reference.
+# Mid-sized m (gemm.h's TileGrid on the H100's 132 SMs), each shape for one tile and the way it
+# runs, m and n off every tile edge, so that the last row of tiles starts at m - 128 (sm90.h, Unit:
+# a group's rows all the tile above's, skipped; some of them, element stores from m_lo; none, TMA
+# stores), for the swapped tiles on the kernel's side (n 8200: 8200 % 128 = 8):
+# - 128 x 128, split in two: m 136 (its last tile's group 0 skipped, group 1 straddling);
+# - 128 x 128 whole: m 143 x 8200;
+# - 128 x 128 with stream-K: m 339 x 12296 x 2056 (group 0 straddling, group 1 by TMA);
+# - 64 x 256: m 269 x 6152;
+# - swapped 128 x 192, whole: m 283 x 8200; split in 4: m 213 x 1032 x 2056; with stream-K:
+#   m 521 x 8200 x 4104.
+# Every variant (partial last tiles, bias, fp32 output, strided and leading dimensions, forced
+# splits) against the float64 reference, the stream-K shapes (a large float64 product on the
+# host) in four of them; and gated products (not swapped: 128 x 128 tiles of 2n columns) split in
+# two (136 x 1032), whole (143 x 4104) and with stream-K (521 x 4104 x 4104).
+MID_SHAPES = {
+    "mid-split": (136, 2056, 1000),
+    "mid-whole": (143, 8200, 1000),
+    "mid-sk": (339, 12296, 2056),
+    "slim": (269, 6152, 1000),
+    "swap-whole": (283, 8200, 1000),
+    "swap-split": (213, 1032, 2056),
+    "swap-sk": (521, 8200, 4104),
+}
+MID_CASES = [(shape, variant) for shape in MID_SHAPES for variant in GEMM_VARIANTS
+             if not shape.endswith("-sk") or variant in ("plain", "bias-f32", "out-f32-bias",
+                                                          "strided")]
+
+
 @gpu
-@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("m,n", [(330, 4104), (320, 6104)])
+@pytest.mark.parametrize("shape,variant", MID_CASES)
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
-def test_gpu_gemm_slim(dtype, m, n, variant):
-    check(gemm_case(m, n, 1000, dtype, "cuda", seed_of("gpuslim", dtype, m, n, variant),
+def test_gpu_gemm_mid(dtype, shape, variant):
+    m, n, k = MID_SHAPES[shape]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpumid", dtype, shape, variant),
                     **GEMM_VARIANTS[variant]))
-    if variant == "plain":
-        check(gated_case(320, 3048, 1000, dtype, "cuda", seed_of("gpuslimg", dtype, n),
-                         bias="float32"))
+
+
+@gpu
+@pytest.mark.parametrize("m,n,k", [(136, 1032, 1000), (143, 4104, 1000), (521, 4104, 4104)])
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_mid_gated(dtype, m, n, k):
+    check(gated_case(m, n, k, dtype, "cuda", seed_of("gpumidg", dtype, m, n), bias="float32"))
 
 
 @gpu

@@ -157,11 +157,12 @@ PREFILL = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "fp16"),
 DECODE = [gemm(m, SQ, k, dtype, scaling) for dtype, scaling in (("bf16", None), ("e4m3", "row"))
           for k in (SQ, 28672) for m in (1, 16, 64)]
 QUANTIZE = [quantize(m, SQ, g) for m in (SQ, 16) for g in GRANULARITIES]
-# mid-sized batches (chunked prefill, large decode batches): Llama 3 8B's O, QKV and down
-# projections at m 192, 256, 320 and 512, where a wave quantum and the padding of the last row of
-# tiles decide the tile (gemm.h, TileGrid)
-MID = [gemm(m, n, k, "bf16") for m in (192, 256, 320, 512) for n, k in ((4096, 4096), (6144, 4096),
-                                                                          (4096, 14336))]
+# mid-sized batches (chunked prefill, large decode batches): Llama 3 8B's O, QKV, down and
+# (unfused) gate + up projections and 70B's O projection at m 192 to 576, where a wave quantum and the padding of the
+# last row of tiles decide the tile (gemm.h, TileGrid)
+MID_M = (192, 256, 320, 384, 512, 576)
+MID_NK = ((4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (8192, 8192))
+MID = [gemm(m, n, k, "bf16") for m in MID_M for n, k in MID_NK]
 # Llama 3 8B's gate and up projections (2 x 14336 x 4096) at prefill and decode batches
 GATED = [gated(m, 14336, 4096) for m in (8192, 4096, 128, 1)]
 QUICK = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "e4m3", "row"),
@@ -178,7 +179,7 @@ HOST_QUICK = [gemm(96, 256, 384, "bf16"), gemm(96, 256, 384, "e4m3", "row"),
 
 def select_cases(quick: bool = False, gpu: bool = True) -> list[Case]:
     """The family's cases: issue 22's table (prefill shapes, decode M = 1, 16, 64, the quantisers)
-    and mid-sized m (192, 256, 320, 512);
+    and mid-sized m (192 to 576);
     --quick a case of each kind; the host path a few small shapes."""
     if not gpu:
         return list(HOST_QUICK if quick else HOST)

@@ -47,6 +47,30 @@ XK_DEVICE void StorePair(Out* dst, float x, float y) {
   }
 }
 
+// One output, rounded to Out and stored.
+template <typename Out>
+XK_DEVICE void StoreOne(Out* dst, float x) {
+  if constexpr (std::is_same_v<Out, float>) {
+    *dst = x;
+  } else if constexpr (std::is_same_v<Out, __half>) {
+    *dst = __float2half_rn(x);
+  } else {
+    *dst = __float2bfloat16_rn(x);
+  }
+}
+
+// bias[col] as a float (bias of type `type`: kF16, kBF16 or kF32).
+XK_DEVICE float LoadBias(const void* bias, Elem type, int col) {
+  switch (type) {
+    case Elem::kF32:
+      return static_cast<const float*>(bias)[col];
+    case Elem::kF16:
+      return __half2float(static_cast<const __half*>(bias)[col]);
+    default:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
+  }
+}
+
 // bias[col], bias[col + 1] as floats (bias of type `type`: kF16, kBF16 or kF32).
 XK_DEVICE float2 LoadBiasPair(const void* bias, Elem type, int col) {
   switch (type) {

@@ -73,16 +73,19 @@ template <typename T>
 using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, false>,
                                      Sm90Tile<T, 1, 128, 8, false>>;
 // 16-bit m > 128 whose last row of 128-row tiles would be at most half used (m % 128 in 1..64):
-// tiles of 64 rows (one consumer group) pad at most 63 rows, 64 x 192 (5 stages) or 64 x 256
-// (4 stages), where their rounds take less time than the 128-row grid's (TileGrid). H100, bf16,
-// .dev probe against cuBLAS (7 x 12 calls over 3 rotating weights, us): m 192, n x k 6144 x 4096
-// 40.1 -> 28.5 (cuBLAS 23.4), 8192 x 8192 82.0 -> 61.6 (54.3); m 320, 4096 x 14336 118.4 -> 82.8
-// (61.2), 28672 x 4096 205.5 -> 156.1 (125.0); m 576, 28672 x 4096 310.9 -> 234.5 (224.0). Over
-// 70 shapes of m 129 to 960 (Llama 3 8B's and 70B's projections): 7054 -> 6731 us, cuBLAS 6244.
+// tiles of 64 rows (one consumer group), 64 x 256 in 4 stages, where their one round is shorter
+// than the others' (TileGrid; H100, bf16, .dev probe, us: m 320 x 6144 x 4096 33.4, 128 x 128
+// tiles 47.9, cuBLAS 37.8).
 template <typename T>
 using Sm90Slim = Sm90Tile<T, 1, 256, 4, false>;
+// 16-bit m > 128, not gated: operands swapped (sm90.h, kSwap), the output's columns on the wgmma's
+// m side (128 a tile: two consumer groups) and its rows on the n side (192 a tile), for m just
+// under a multiple of 192, where 128-row tiles would pad a row of tiles or need more rounds. H100,
+// bf16, .dev probe (7 x 12 calls over 3 rotating weights, us, the dispatch before -> swapped):
+// m 176, n x k 28672 x 4096 123.8 -> 93.8 (cuBLAS 93.5); m 384, 8192 x 8192 99.4 -> 76.2 (76.4),
+// 4096 x 14336 86.3 -> 76.5 (83.5); m 576, 28672 x 4096 246.5 -> 212.6 (235.7).
 template <typename T>
-using Sm90Slim192 = Sm90Tile<T, 1, 192, 5, false>;
+using Sm90Swap192 = Sm90Tile<T, 2, 192, 5, false, 1, false, true>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
 // block's scales, the wgmmas adding each block's product to them directly and one 128-column half
 // rescaled while the other half's product runs (sm90.h; H100, same-process A/B: 8192^3 898 ->
@@ -105,53 +108,83 @@ enum class Kernel {
   kSm90Small,
   kSm90Wide192,
   kSm90Slim,
-  kSm90Slim192
+  kSm90Swap192
 };
 
-// The tile of 16-bit p (m > 128, sm90) on `sms` SMs: the grid whose rounds take least time,
-// Sm90Large's 128 x 256 clusters (whole rounds, or where stream-K spreads a last round after full
-// ones, their fraction and a quarter round for the partial tiles), Sm90Wide192's 128 x 192 ones
-// (not gated: a gated tile's halves would be 96 columns; 0.77 of a 256-wide round: 3/4 of the
-// product at 97% of the rate) or Sm90Mid's 128 x 128 tiles (0.59 of a wide round: half the product
-// at 85% of the rate); ties to the wider. A few rounds of a mid-sized m are where it matters:
-// 256 x 4096 x 4096 is 32 wide tiles or 64 narrow ones, one round either way; 768 x 4096 x 4096
-// is 48 clusters of 128 x 256 on 66 slots, or 66 of 128 x 192. (H100, bf16, .dev probe against
-// cuBLAS, 3 rotating weights, us, 128 x 256 (with stream-K where it applies) -> 128 x 128: m 256,
-// n x k 6144 x 4096 38.5 -> 27.7, 8192 x 8192 75.7 -> 62.8; m 384, 28672 x 4096 183.7 -> 159.4
-// (its third row of tiles pads a cluster); m 512, 4096 x 14336 168.6 -> 86.5; kept wide: m 512,
-// 8192 x 8192 107.5 against 107.1; -> 128 x 192: m 512, 6144 x 4096 56.1 -> 44.6, m 768,
-// 4096 x 4096 50.4 -> 40.0. Over 20 shapes of m 192 to 4096: 1866 us, cuBLAS 1764, the 128 x 256
-// tiles alone 2170.)
+// Splits of the swapped tiles' `tiles` on `sms` SMs (k in kb 64-wide blocks): to fill the SMs when
+// the tiles fill at most half of them, at most 4 and each split at least 8 k blocks long; else 1
+// (stream-K then spreads a short last round).
+inline int64_t SwapSplits(int64_t tiles, int64_t kb, int sms) {
+  int64_t s = 1;
+  if (2 * tiles > sms) return 1;
+  while (s < 4 && tiles * (s + 1) <= sms && kb / (s + 1) >= 8) ++s;
+  return s;
+}
+
+// The tile of 16-bit p (m > 128, sm90) on `sms` SMs: the grid whose rounds take least time, in
+// units of a round of Sm90Large's 128 x 256 clusters (whole rounds, or where stream-K spreads a
+// last round after full ones, their fraction and a quarter round for the partial tiles):
+// - Sm90Wide192's 128 x 192 clusters (not gated: a gated tile's halves would be 96 columns): 0.77
+//   of a 256-wide round (3/4 of the product at 97% of the rate);
+// - Sm90Mid's 128 x 128 tiles: 0.57 (half the product at 88% of the rate), with stream-K where it
+//   spreads a last round after full ones, or split in two (PlanSplits) where two splits fit one
+//   round, half a round plus half again for the fp32 partials and their reduce;
+// - Sm90Swap192's swapped 128 x 192 tiles (not gated): 0.85, split to fill the SMs where they fill
+//   at most half (only where m spans two or more of their 192 rows: for fewer, the 128 x 128 tiles'
+//   split in two won at every shape measured), else with stream-K;
+// - Sm90Slim's 64 x 256 tiles where m % 128 is 1..64: 0.65.
+// Ties go to the wider. A few rounds of a mid-sized m are where it matters: 256 x 4096 x 4096 is 32
+// wide tiles or 64 narrow ones, one round either way; 768 x 4096 x 4096 is 48 clusters of 128 x 256
+// on 66 slots, or 66 of 128 x 192. The factors were fitted to a .dev probe of 93 shapes, m 129 to
+// 768 (5 projections of Llama 3 8B / 70B at 18 m, and 3 odd shapes): H100, bf16, summed us, the
+// rule before (no swapped tiles, 64-row tiles at 0.56 / 0.45, 128 x 128 tiles at 0.59 and unsplit
+// by stream-K) 7178, this rule 6842, the best tile per shape 6764, cuBLAS 6429.
 inline Kernel TileGrid(const Params& p, int sms) {
   const int slots = sms / 2;  // clusters of two wide tiles
   if (slots < 1) return Kernel::kSm90Large;
-  const int64_t rows = ceil_div(p.m, 128), bn = p.act >= 0 ? 2 * int64_t{p.n} : p.n;
+  const bool gated = p.act >= 0;
+  const int64_t kb = ceil_div<int64_t>(p.k, 64);
+  const int64_t rows = ceil_div(p.m, 128), bn = gated ? 2 * int64_t{p.n} : p.n;
   const int64_t pairs = ceil_div<int64_t>(rows, 2);
   const int64_t units = pairs * ceil_div<int64_t>(bn, 256);
-  const bool spread =
-      units >= slots && StreamKUnits(units, slots, ceil_div<int64_t>(p.k, 64), 128 * 256) > 0;
+  const bool spread = units >= slots && StreamKUnits(units, slots, kb, 128 * 256) > 0;
   const double wide = spread ? static_cast<double>(units) / slots + 0.25
                              : static_cast<double>(ceil_div<int64_t>(units, slots));
   const double w192 =
-      p.act >= 0 ? 1e30 : 0.77 * ceil_div<int64_t>(pairs * ceil_div<int64_t>(bn, 192), slots);
-  const int64_t narrow_tiles = rows * ceil_div<int64_t>(bn, 128);
-  const double narrow = 0.59 * ceil_div<int64_t>(narrow_tiles, sms);
-  // 64-row tiles (Sm90Slim) where the last row of 128-row tiles is at most half used: 64 x 256
-  // at 0.56 of a wide round (half the product at 89% of the rate), 64 x 192 at 0.45 (not gated),
-  // against the best above, the 128 x 128 tiles' time halved (+15% for the reduce) where the
-  // plan splits them in two (PlanSplits: at most half the SMs)
-  if (p.m % 128 != 0 && p.m % 128 <= 64) {
-    const int64_t rows64 = ceil_div(p.m, 64);
-    const double slim = 0.56 * ceil_div<int64_t>(rows64 * ceil_div<int64_t>(bn, 256), sms);
-    const double slim192 =
-        p.act >= 0 ? 1e30 : 0.45 * ceil_div<int64_t>(rows64 * ceil_div<int64_t>(bn, 192), sms);
-    const double narrow_split = 2 * narrow_tiles <= sms ? 0.575 * narrow : narrow;
-    if (std::min(slim, slim192) < std::min({narrow_split, wide, w192})) {
-      return slim192 < slim ? Kernel::kSm90Slim192 : Kernel::kSm90Slim;
+      gated ? 1e30 : 0.77 * ceil_div<int64_t>(pairs * ceil_div<int64_t>(bn, 192), slots);
+  const int64_t nt = rows * ceil_div<int64_t>(bn, 128);
+  double narrow = 0.57 * ceil_div<int64_t>(nt, sms);
+  if (nt >= sms && StreamKUnits(nt, sms, kb, 128 * 128) > 0) {
+    narrow = 0.57 * (static_cast<double>(nt) / sms + 0.25);
+  } else if (2 * nt <= sms) {
+    narrow = 0.57 * 0.5 * 1.5 * ceil_div<int64_t>(2 * nt, sms);
+  }
+  double swap = 1e30;
+  const int64_t tx = ceil_div<int64_t>(p.n, 128) * ceil_div<int64_t>(p.m, 192);
+  if (!gated && (2 * tx > sms || p.m > 192)) {
+    const int64_t s = SwapSplits(tx, kb, sms);
+    if (s > 1) {
+      swap = 0.85 * 1.5 * static_cast<double>(ceil_div<int64_t>(tx * s, sms)) / s;
+    } else if (StreamKUnits(tx, sms, kb, 128 * 192) > 0) {
+      swap = 0.85 * (static_cast<double>(tx) / sms + 0.25);
+    } else {
+      swap = 0.85 * ceil_div<int64_t>(tx, sms);
     }
   }
-  if (narrow < wide && narrow < w192) return Kernel::kSm90Mid;
-  return w192 < wide ? Kernel::kSm90Wide192 : Kernel::kSm90Large;
+  double slim = 1e30;
+  if (p.m % 128 != 0 && p.m % 128 <= 64) {
+    slim = 0.65 * ceil_div<int64_t>(ceil_div<int64_t>(p.m, 64) * ceil_div<int64_t>(bn, 256), sms);
+  }
+  Kernel best = Kernel::kSm90Large;
+  double t = wide;
+  const std::pair<double, Kernel> others[] = {{w192, Kernel::kSm90Wide192},
+                                              {narrow, Kernel::kSm90Mid},
+                                              {swap, Kernel::kSm90Swap192},
+                                              {slim, Kernel::kSm90Slim}};
+  for (const auto& [cost, kernel] : others) {
+    if (cost < t) t = cost, best = kernel;
+  }
+  return best;
 }
 
 // The kernel version and tile for p on a device of compute capability major `cc_major` with
@@ -202,8 +235,8 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
     case Kernel::kSm90Slim:
       *bm = 64, *bn = 256;
       return;
-    case Kernel::kSm90Slim192:
-      *bm = 64, *bn = 192;
+    case Kernel::kSm90Swap192:  // (the output's rows x columns; the kernel's are swapped)
+      *bm = 192, *bn = 128;
       return;
     case Kernel::kSm90Small:
       *bm = 64, *bn = p.in_type == Elem::kE4M3 && p.a_scale_kind != Scale::kBlock ? 64 : 128;
@@ -230,12 +263,16 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
   // the 64-row tiles of m > 128 are chosen for their rounds unsplit (TileGrid)
-  if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90Slim192) return cudaSuccess;
+  if (kernel == Kernel::kSm90Slim) return cudaSuccess;
   int bm = 0, bn = 0;
   TileDims(p, kernel, props.sm_count, &bm, &bn);
   if (p.act >= 0) bn /= 2;  // a gated tile's product spans twice its output columns
   const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn);
   const int64_t bk = p.in_type == Elem::kE4M3 ? 128 : 64;
+  if (kernel == Kernel::kSm90Swap192) {  // as TileGrid priced them
+    *splits = static_cast<int32_t>(SwapSplits(tiles, ceil_div<int64_t>(p.k, bk), props.sm_count));
+    return cudaSuccess;
+  }
   const int64_t max_splits = std::max<int64_t>(1, ceil_div<int64_t>(p.k, bk) / 4);
   int64_t s = 1;
   if (kernel == Kernel::kSm90Small || kernel == Kernel::kSm90Mid) {
@@ -264,18 +301,23 @@ inline bool GatedWhole(const Params& p, Kernel kernel) {
   return p.act >= 0 && (IsSm80(kernel) || p.out_type == Elem::kF32);
 }
 
-// Floats of the stream-K area that an unsplit call of the 128-row sm90 tiles takes on a device of
-// `sms` SMs, or 0: a partial tile's slot per block (128 x 256 floats, or 128 x 128 for block
-// scales' narrow tiles) and a 64-bit ready flag per block after them. The launcher decides per
+// Floats of the stream-K area that an unsplit call of the 128-row sm90 tiles (128 x 256, 128 x 128
+// for m > 128, swapped 128 x 192) takes on a device of `sms` SMs, or 0: a partial tile's slot per
+// block (the tile's floats) and a 64-bit ready flag per block after them. The launcher decides per
 // call whether the last units are spread (sm90.h, StreamKUnits); the plan reserves the area
 // whenever it may.
 inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
-  if (kernel != Kernel::kSm90Large || p.splits != 1 || p.partials_only || p.k <= 0 ||
-      GatedWhole(p, kernel)) {
+  // 128 x 128 tiles for m > 128 only where they run more than one round (spreading all of one
+  // round lost: H100, bf16, 129 x 6144 x 4096 26.8 -> 31.9 us), decode sizes never
+  const bool mid = kernel == Kernel::kSm90Mid && p.m > 128;
+  if ((kernel != Kernel::kSm90Large && kernel != Kernel::kSm90Swap192 && !mid) || p.splits != 1 ||
+      p.partials_only || p.k <= 0 || GatedWhole(p, kernel)) {
     return 0;
   }
   int bm = 0, bn = 0;
   TileDims(p, kernel, sms, &bm, &bn);
+  const int64_t cols = p.act >= 0 ? 2 * int64_t{p.n} : p.n;
+  if (mid && ceil_div<int64_t>(p.m, bm) * ceil_div<int64_t>(cols, bn) < sms) return 0;
   return static_cast<int64_t>(sms) * (static_cast<int64_t>(bm) * bn + 2);
 }
 
@@ -344,8 +386,8 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
           case Kernel::kSm90Slim:
             XK_CUDA_TRY((LaunchSm90<Sm90Slim<T>, Out>(q, stream, props)));
             break;
-          case Kernel::kSm90Slim192:
-            XK_CUDA_TRY((LaunchSm90<Sm90Slim192<T>, Out>(q, stream, props)));
+          case Kernel::kSm90Swap192:
+            XK_CUDA_TRY((LaunchSm90<Sm90Swap192<T>, Out>(q, stream, props)));
             break;
           case Kernel::kSm90Small:
             XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));

@@ -73,6 +73,9 @@ struct Params {
   bool stream_k = false;
   int32_t sk_units = 0;
   uint64_t sk_nonce = 0;
+  // The sm90 tiles' last row of tiles loads its a box ending at row m (sm90.h, Unit); false only
+  // for A/B probes of the box past m.
+  bool shift_last_rows = true;
 };
 
 // Floats of workspace a call with `splits` needs.
