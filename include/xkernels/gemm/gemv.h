@@ -64,17 +64,6 @@ XK_DEVICE float Dot8(const uint4& x, const uint4& y, float acc) {
   return acc;
 }
 
-XK_DEVICE float BiasAt(const void* bias, Elem type, int col) {
-  switch (type) {
-    case Elem::kF32:
-      return static_cast<const float*>(bias)[col];
-    case Elem::kF16:
-      return __half2float(static_cast<const __half*>(bias)[col]);
-    default:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-  }
-}
-
 XK_DEVICE uint4 LoadStream(const void* p) {
   uint4 v;
   asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -160,8 +149,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps) GemvKernel(const Params p) {
   if (t == 0) {
     float bias = 0.f, bias_up = 0.f;
     if (p.bias != nullptr) {
-      bias = BiasAt(p.bias, p.bias_type, col);
-      if (p.act >= 0) bias_up = BiasAt(p.bias, p.bias_type, p.n + col);
+      bias = LoadBias(p.bias, p.bias_type, col);
+      if (p.act >= 0) bias_up = LoadBias(p.bias, p.bias_type, p.n + col);
     }
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
