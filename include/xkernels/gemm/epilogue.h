@@ -47,18 +47,6 @@ XK_DEVICE void StorePair(Out* dst, float x, float y) {
   }
 }
 
-// One output, rounded to Out and stored.
-template <typename Out>
-XK_DEVICE void StoreOne(Out* dst, float x) {
-  if constexpr (std::is_same_v<Out, float>) {
-    *dst = x;
-  } else if constexpr (std::is_same_v<Out, __half>) {
-    *dst = __float2half_rn(x);
-  } else {
-    *dst = __float2bfloat16_rn(x);
-  }
-}
-
 // bias[col] as a float (bias of type `type`: kF16, kBF16 or kF32).
 XK_DEVICE float LoadBias(const void* bias, Elem type, int col) {
   switch (type) {

@@ -56,6 +56,7 @@
 #include <utility>
 
 #include "xkernels/common.h"
+#include "xkernels/dtypes.h"
 #include "xkernels/gemm/epilogue.h"
 #include "xkernels/gemm/params.h"
 #include "xkernels/reduce.h"
@@ -78,8 +79,8 @@ struct Sm90Tile {
   static constexpr int kCluster = kCluster_;
   // Operands swapped (16-bit, not gated): the tile computes out^T = b a^T, b's rows (the output's
   // columns) on the wgmma's m side, 64 per consumer group, and a's rows (the output's rows) on its
-  // n side, kBN of them; the epilogue writes the transpose (bias per accumulator row). For few
-  // rows of a (m 129 .. 320), which then take whole n-side tiles instead of 64-row m-side ones.
+  // n side, kBN of them; the epilogue writes the transpose (bias per accumulator row). For m just
+  // under a multiple of kBN (gemm.h, TileGrid), where 128-row tiles would pad a row of tiles.
   static constexpr bool kSwap = kSwap_;
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kBK = 128 / static_cast<int>(sizeof(T));  // one 128-byte row
@@ -755,7 +756,8 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
               if (partial) {
                 p.workspace[(static_cast<int64_t>(w.split) * p.n + col) * p.m + row] = x;
               } else {
-                StoreOne(static_cast<Out*>(p.out) + static_cast<int64_t>(col) * p.ldc + row, x);
+                static_cast<Out*>(p.out)[static_cast<int64_t>(col) * p.ldc + row] =
+                    from_float<Out>(x);
               }
             }
           }
