@@ -170,7 +170,7 @@ def test_best_peer_and_table():
     rows = [
         {"family": "copy", "op": "copy", "shape": [1 << 29], "impl": "torch copy_", "ms": 0.7,
          "gbps": 3000.0, "note": "1024 MiB"},
-        _r("xkernels", 1.0), _r("torch", 2.0), _r("liger", 0.5, check="failed"),
+        _r("xkernels out=", 1.0), _r("torch", 2.0), _r("liger", 0.5, check="failed"),
         _r("flashinfer", None, note="failed: ImportError: x"), _r("torch.compile", 1.25),
         _r("xkernels", 3.0, shape=(1, 8)),  # no peer: no ratio
     ]
@@ -186,17 +186,24 @@ def test_best_peer_and_table():
 
 
 def test_best_peer_like_for_like():
-    """In-place ops are compared with peers of the same form: in place with in place, out of place
-    (given destinations, or new tensors) with out of place."""
+    """Impls are compared with peers of the same form. In-place ops: in place with in place, out of
+    place (given destinations, or new tensors) with out of place. Other ops: an output per input
+    set (given by out=) with the same, the same output on every call (new tensors from the caching
+    allocator, or "xkernels out=") with the same."""
     f = "fused_add_rmsnorm"
     rows = [_r("xkernels", 3.2, op=f), _r("xkernels out=", 2.8, op=f), _r("flashinfer", 3.6, op=f),
             _r("liger", 3.0, op=f), _r("torch.compile (functional)", 2.9, op=f),
-            _r("torch.compile", 3.4, op=f), _r("xkernels", 1.0), _r("liger", 0.9)]
+            _r("torch.compile", 3.4, op=f), _r("xkernels", 1.0), _r("liger", 0.9),
+            _r("xkernels out=", 0.8), _r("flashinfer (3-D)", 1.1), _r("torch.compile", 0.85),
+            _r("flashinfer", 0.7, op="softmax"), _r("torch.addcmul", 2.0, op="mul_add"),
+            _r("gemm", 1.0, op="not an op"), _r("xkernels", 1.0, op="gemm")]
     assert [bench.impl_form(r["op"], r["impl"]) for r in rows] == (
-        ["in place", "out of place", "in place", "out of place", "out of place", "in place", "", ""])
+        ["in place", "out of place", "in place", "out of place", "out of place", "in place",
+         "out per set", "out reused", "out reused", "out per set", "out reused",
+         "out reused", "out per set", "", ""])
     ratios = bench.best_peer_ratios(rows)
     assert ratios == {0: pytest.approx(3.2 / 3.4), 1: pytest.approx(2.8 / 2.9),
-                      6: pytest.approx(1.0 / 0.9)}
+                      6: pytest.approx(1.0 / 1.1), 8: pytest.approx(0.8 / 0.85)}
 
 
 def test_time_host_and_loop():
@@ -307,19 +314,19 @@ CASES = [("rmsnorm", (64, 128)), ("fused_add_rmsnorm", (3, 256)), ("layernorm", 
          ("gemma_rmsnorm", (5, 256)), ("gemma_fused_add_rmsnorm", (3, 256)), ("silu", (3, 200)),
          ("gelu", (3, 200)), ("mul_add", (4, 300))]
 EXPECTED = {
-    "rmsnorm": {"xkernels", "torch", "flashinfer (3-D)", "liger"},
+    "rmsnorm": {"xkernels", "xkernels out=", "torch", "flashinfer (3-D)", "liger"},
     "fused_add_rmsnorm": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
-    "layernorm": {"xkernels", "torch", "flashinfer", "liger"},
-    "silu_and_mul": {"xkernels", "torch", "flashinfer", "liger", "liger (a,b split)"},
-    "gelu_tanh_and_mul": {"xkernels", "torch", "flashinfer", "liger (a,b split)"},
-    "gelu_and_mul": {"xkernels", "torch", "flashinfer"},
-    "add_bias_gelu": {"xkernels", "torch"},
-    "mul_add": {"xkernels", "torch", "torch.addcmul"},
-    "softmax": {"xkernels", "torch", "flashinfer", "liger"},
-    "gemma_rmsnorm": {"xkernels", "torch", "flashinfer", "liger"},
+    "layernorm": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
+    "silu_and_mul": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger", "liger (a,b split)"},
+    "gelu_tanh_and_mul": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger (a,b split)"},
+    "gelu_and_mul": {"xkernels", "xkernels out=", "torch", "flashinfer"},
+    "add_bias_gelu": {"xkernels", "xkernels out=", "torch"},
+    "mul_add": {"xkernels", "xkernels out=", "torch", "torch.addcmul"},
+    "softmax": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
+    "gemma_rmsnorm": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
     "gemma_fused_add_rmsnorm": {"xkernels", "xkernels out=", "torch", "flashinfer", "liger"},
-    "silu": {"xkernels", "torch"},
-    "gelu": {"xkernels", "torch"},
+    "silu": {"xkernels", "xkernels out=", "torch"},
+    "gelu": {"xkernels", "xkernels out=", "torch"},
 }
 
 
@@ -358,8 +365,9 @@ def test_peer_failures_are_rows():
     assert by["liger"]["ms"] is not None and by["xkernels"]["check"] == "ok"
     assert not ctx.xkernels_failed
     ratios = bench.best_peer_ratios(rows)  # the wrong peer does not count as the best
-    i = next(i for i, r in enumerate(rows) if r["impl"] == "xkernels")
-    assert ratios[i] == pytest.approx(by["xkernels"]["ms"] / by["torch"]["ms"])
+    i = next(i for i, r in enumerate(rows) if r["impl"] == "xkernels out=")
+    assert ratios[i] == pytest.approx(by["xkernels out="]["ms"] / by["torch"]["ms"])
+    assert next(i for i, r in enumerate(rows) if r["impl"] == "xkernels") not in ratios
 
     ctx = _ctx({"flashinfer": ImportError("no libcuda"), "liger": None})
     rows = []
@@ -471,7 +479,7 @@ def test_cli_out_jsonl(tmp_path, capsys):
     recs = [json.loads(line) for line in path.read_text().splitlines()]
     assert recs[0]["op"] == "copy" and recs[0]["gbps"] > 0
     impls = {(r["op"], tuple(r["shape"]), r["impl"]) for r in recs[1:]}
-    assert {i for _, _, i in impls} == {"xkernels", "torch"}
+    assert {i for _, _, i in impls} == {"xkernels", "xkernels out=", "torch"}
     for r in recs:
         assert REQUIRED <= r.keys(), r.keys()
         assert r["dtype"] == "bf16" and isinstance(r["shape"], list)
@@ -482,7 +490,7 @@ def test_cli_out_jsonl(tmp_path, capsys):
     assert bench.main(["--quick", "--family", "softmax", "--out", str(tmp_path),
                        "--impls", "xkernels"]) == 0
     recs2 = [json.loads(line) for line in path.read_text().splitlines()]
-    assert {r["impl"] for r in recs2} == {"torch copy_", "xkernels"}
+    assert {r["impl"] for r in recs2} == {"torch copy_", "xkernels", "xkernels out="}
     capsys.readouterr()
 
 

@@ -36,14 +36,8 @@ from dataclasses import dataclass
 
 from . import bench
 
-FAMILIES = ("norm", "activation", "softmax")
-OPS_BY_FAMILY = {
-    "norm": ("rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnorm",
-             "layernorm"),
-    "activation": ("silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul", "silu", "gelu",
-                   "add_bias_gelu", "mul_add"),
-    "softmax": ("softmax",),
-}
+OPS_BY_FAMILY = bench.MEMORY_BOUND  # the memory-bound families' ops
+FAMILIES = tuple(OPS_BY_FAMILY)
 ROWS = (1, 16, 128, 1024, 8192, 65536)
 QUICK_ROWS = (1, 128, 8192)
 MAX_INPUT_BYTES = 1 << 30  # per input tensor (the gated ops' [rows, 2d] input)
