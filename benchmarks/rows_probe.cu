@@ -708,6 +708,12 @@ int main(int argc, char** argv) {
     ActCase<math::Act::kGeluTanh>("gelu_tanh_and_mul", 128, 21504, stream);
     ActCase<math::Act::kGeluTanh>("gelu_tanh_and_mul", 128, 36864, stream);
     ActCase<math::Act::kGeluTanh>("gelu_tanh_and_mul", 8192, 14336, stream);
+    // the sweep's gelu_and_mul losses (1.02-1.08 at 128 rows, 2026-11-27): the latency form's
+    // erfc-tail gelu (T1x128l, kShort) against erff (the flat variants, L/G)
+    for (int64_t d : {9216, 10240, 14336, 36864}) {
+      ActCase<math::Act::kGelu>("gelu_and_mul", 128, d, stream);
+    }
+    ActCase<math::Act::kGelu>("gelu_and_mul", 1, 10240, stream);
   }
 #endif
   if (g_out != stdout) std::fclose(g_out);

@@ -98,11 +98,13 @@ def op_args(name: str, which: str = "lse") -> list:
 # ------------------------------------------------------------------ torch
 
 
-@pytest.mark.parametrize("which", ["default", "lse"])
-@pytest.mark.parametrize("name", ATTN)
+# Each op with its default attributes, and the ops with attributes with other sets too.
+OPCHECK_RUNS = [(n, w) for n in ATTN for w in ("default", "lse") if w == "default" or OPS[n].attrs]
+BITWISE_RUNS = [(n, w) for n in ATTN for w in sorted(ATTR_SETS) if w == "default" or OPS[n].attrs]
+
+
+@pytest.mark.parametrize("name,which", OPCHECK_RUNS, ids=[f"{n}-{w}" for n, w in OPCHECK_RUNS])
 def test_opcheck(name, which):
-    if which != "default" and not OPS[name].attrs:
-        pytest.skip("no attributes")
     torch.library.opcheck(getattr(torch.ops.xkernels, name).default, op_args(name, which))
 
 
@@ -237,12 +239,9 @@ FRAMEWORKS = ["numpy", pytest.param("jax", marks=needs_jax),
               pytest.param("jax-jit", marks=needs_jax)]
 
 
-@pytest.mark.parametrize("which", sorted(ATTR_SETS))
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-@pytest.mark.parametrize("name", ATTN)
+@pytest.mark.parametrize("name,which", BITWISE_RUNS, ids=[f"{n}-{w}" for n, w in BITWISE_RUNS])
 def test_bitwise_equal_to_torch(name, fw, which):
-    if which != "default" and not OPS[name].attrs:
-        pytest.skip("no attributes")
     attrs = _attrs(name, which)
     ins = inputs(name, torch.bfloat16 if which == "all" else torch.float16)
     want = as_tuple(getattr(xt, name)(*ins, **attrs))
