@@ -343,6 +343,25 @@ def test_peer_glue_on_stand_ins(op, shape):
     assert not ctx.xkernels_failed
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "fused_add_rmsnorm"])
+def test_shared_destinations_poisoned_at_the_check(op, monkeypatch):
+    """"xkernels out=" makes its one set of destinations at its first bind (the check's): they
+    hold NaN there, as the check set's `out` does, so that a kernel that writes nothing fails the
+    check instead of passing on what an earlier call left in reused memory."""
+    import xkernels.torch as xt
+
+    spec = bench.OPS[op]
+    impl = next(i for i in bench._xkernels_impls(op, {"eps": 1e-6}) if i.name == "xkernels out=")
+    monkeypatch.setattr(xt, op, lambda *a, **k: None)  # writes nothing
+    gen = torch.Generator().manual_seed(0)
+    s = {x.name: torch.randn(8 if x.role == "column" else (4, 8), generator=gen).bfloat16()
+         for x in spec.inputs}
+    if not spec.in_place:
+        s["out"] = torch.full((4, 8), float("nan"), dtype=torch.bfloat16)
+    outs = impl.bind(s)()
+    assert outs and all(bool(o.float().isnan().all()) for o in outs)
+
+
 def test_peer_failures_are_rows():
     fi = _fake_flashinfer()
 

@@ -829,8 +829,8 @@ def _xkernels_impls(op: str, attrs: dict) -> list[Impl]:
 
             fn = getattr(xt, op)
             args = [s[x.name] for x in spec.inputs]
-            if not reused:
-                reused["out"] = torch.empty_like(s["out"])
+            if not reused:  # at the check's bind, the first: NaN-poisoned, as its `out` is
+                reused["out"] = torch.full_like(s["out"], float("nan"))
             out = reused["out"]
 
             def call():
@@ -850,8 +850,8 @@ def _xkernels_impls(op: str, attrs: dict) -> list[Impl]:
 
             fn = getattr(xt, op)
             args = [s[x.name] for x in spec.inputs]
-            if not dest:
-                dest.update({o.name: torch.empty_like(s[spec.aliases[o.name]])
+            if not dest:  # at the check's bind, the first: NaN-poisoned
+                dest.update({o.name: torch.full_like(s[spec.aliases[o.name]], float("nan"))
                              for o in spec.outputs})
             outs = tuple(dest.values())
 
