@@ -815,54 +815,34 @@ def _bind_fn(fn: Callable, names: list[str], mutated: list[str] | None = None):
 
 
 def _xkernels_impls(op: str, attrs: dict) -> list[Impl]:
-    """xkernels through xkernels.torch; in-place ops also given their outputs by keyword, and
-    out-of-place ops one set of outputs for every input set (as the allocating peers get)."""
-    impls = [_xkernels_impl(op, attrs)]
+    """xkernels through xkernels.torch, and as "xkernels out=": given its outputs by keyword, one
+    set of them for every input set, as a caching allocator hands back to the peers that allocate
+    theirs (in-place ops: out of place, compare Liger)."""
     spec = OPS[op]
-    if not spec.in_place:
-        reused: dict = {}
+    dest: dict = {}  # one set of destinations for every input set
 
-        def bind_reused(s):
-            import torch
+    def bind(s):
+        import torch
 
-            import xkernels.torch as xt
+        import xkernels.torch as xt
 
-            fn = getattr(xt, op)
-            args = [s[x.name] for x in spec.inputs]
-            if not reused:  # at the check's bind, the first: NaN-poisoned, as its `out` is
-                reused["out"] = torch.full_like(s["out"], float("nan"))
-            out = reused["out"]
+        fn = getattr(xt, op)
+        args = [s[x.name] for x in spec.inputs]
+        if not dest:  # at the check's bind, the first: NaN-poisoned, as its `out` is
+            dest.update({o.name: torch.full_like(s[spec.aliases.get(o.name, o.name)],
+                                                 float("nan")) for o in spec.outputs})
+        outs = tuple(dest.values())
 
-            def call():
-                fn(*args, **attrs, out=out)
-                return (out,)
-            return call
+        def call():
+            fn(*args, **attrs, **dest)
+            return outs
+        return call
 
-        impls.append(Impl("xkernels out=", bind_reused, "one output for every input set, as a "
-                          "caching allocator hands back to the peers that allocate theirs"))
-    if spec.in_place:
-        dest: dict = {}  # one set of destinations for every input set
-
-        def bind(s):
-            import torch
-
-            import xkernels.torch as xt
-
-            fn = getattr(xt, op)
-            args = [s[x.name] for x in spec.inputs]
-            if not dest:  # at the check's bind, the first: NaN-poisoned
-                dest.update({o.name: torch.full_like(s[spec.aliases[o.name]], float("nan"))
-                             for o in spec.outputs})
-            outs = tuple(dest.values())
-
-            def call():
-                fn(*args, **attrs, **dest)
-                return outs
-            return call
-
-        impls.append(Impl("xkernels out=", bind, "out of place, into one set of destinations for "
-                          "every input set, as a caching allocator hands back (compare liger)"))
-    return impls
+    note = ("out of place, into one set of destinations for every input set, as a caching "
+            "allocator hands back (compare liger)" if spec.in_place else
+            "one output for every input set, as a caching allocator hands back to the peers "
+            "that allocate theirs")
+    return [_xkernels_impl(op, attrs), Impl("xkernels out=", bind, note)]
 
 
 def _xkernels_impl(op: str, attrs: dict) -> Impl:
