@@ -113,9 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = next((r.get("device") for r in rows if r.get("device")), "?")
-    card = next((r.get("card") for r in rows if r.get("card")), "")
-    date = next((r.get("date") for r in rows if r.get("date")), "")
-    md = (f"# Sweep summary\n\n{device} {card} {date}; from {', '.join(args.results)}.\n"
+    # each card (rows of several runs: which ops each measured) and the dates
+    by_card: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("card"):
+            ops = by_card.setdefault(r["card"], [])
+            if r["op"] not in ops:
+                ops.append(r["op"])
+    card = "; ".join(f"{c} ({', '.join(o)})" if len(by_card) > 1 else c
+                     for c, o in by_card.items())
+    date = ", ".join(sorted({r["date"] for r in rows if r.get("date")}))
+    md = (f"# Sweep summary\n\n{device} {card}; {date}; from {', '.join(args.results)}.\n"
           f"Ratio: xkernels' time / the fastest peer's for the same op, shape and form "
           f"(below 1: xkernels wins).\n\n" + bench_sweep.format_summary(summary, markdown=True)
           + "\n")

@@ -172,6 +172,37 @@ def test_softmax_rows_in_two_large_shares(dtype):
     check("softmax", (300, 65000 if dtype == torch.float32 else 131000), dtype, "cuda")
 
 
+@pytest.mark.parametrize("rows,cols", [(1, 32768), (128, 32000), (128, 32768), (1024, 16392),
+                                       (2048, 32768), (2049, 32000)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_pairs_of_blocks(dtype, rows, cols):
+    """Rows of 2049-4096 16-byte vectors in grids of up to 2048 rows: persistent pairs of blocks
+    (16-bit 16392-32768, float32 8196-16384; 16392 leaves one vector for the second block's
+    last thread group); 2049 rows take the wider clusters or RowKernelSmem."""
+    check("softmax", (rows, cols), dtype, "cuda")
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 50257), (5, 50257), (140, 50257), (1, 60001),
+                                       (2, 152064), (1, 256000)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_latency_and_staged_rows(dtype, rows, cols):
+    """Odd-length rows (each row misaligned differently) staged in shared memory: blocks of 1024
+    threads for grids of a block per SM or fewer, 512 past it (140 rows); 16-bit 60001 and
+    float32 rows of 50257+ are too long to stage (two passes over memory). Aligned rows of
+    152064 / 256000 in a few rows: RowKernelSmem clusters of 5 / 8 blocks."""
+    check("softmax", (rows, cols), dtype, "cuda")
+
+
+@pytest.mark.parametrize("rows,cols", [(128, 9216), (128, 36864), (7, 12288), (200, 4100)])
+@pytest.mark.parametrize("op", ["gelu_and_mul", "silu_and_mul", "gelu_tanh_and_mul", "gelu",
+                                "silu", "add_bias_gelu", "mul_add"])
+def test_latency_grids_spread_over_sms(op, rows, cols):
+    """Latency grids of more blocks than SMs, their blocks held to ceil(blocks / SMs) per SM by
+    dynamic shared memory (LaunchSpread), and gelu_and_mul's latency form up to 3 waves
+    (128 x 36864); 200 x 4100 leaves each row's last block short."""
+    check(op, (rows, cols), torch.bfloat16, "cuda")
+
+
 @pytest.mark.parametrize("cols", [151936, 262208])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_rows_just_past_whole_chunks(cols, dtype):

@@ -264,8 +264,8 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
   }
   const Tiling t = tile(cols / V);
   if (t.latency) {
-    return LaunchKernel(K<V, 1, Form::kLatency>::kernel, t.grid(rows), t.threads, stream, props,
-                        1, args...);
+    return LaunchSpread<K<V, 1, Form::kLatency>::kernel>(t.grid(rows), t.threads, stream, props,
+                                                         args...);
   }
   constexpr int U = P::kUnroll;
   if constexpr (P::kPlain) {
@@ -294,9 +294,13 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
 // Tried in the probe, none faster than the latency form by more than 1%: one flat index over
 // rows x vectors, plain or persistent, U = 1-4, 128-512 threads; without PDL every form was
 // 4-11% slower (silu_and_mul 128 x 14336 4.44 -> 4.95 us).
+// Latency grids of more blocks than SMs spread their blocks evenly (LaunchSpread); gelu_and_mul
+// takes the latency form up to 3 waves. Measured on the H100 in rows_probe (-DPART=3), bf16, us,
+// before -> after: gelu_and_mul 128 x 9216 3.57 -> 3.20, x 10240 3.97 -> 3.57, x 14336 4.60 ->
+// 4.38, x 36864 (2.2 waves, U1x128 plain before) 9.46 -> 8.79.
 template <math::Act A, typename T>
 struct ActAndMulK {
-  using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true, 2>,
+  using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true, 3>,
                                Throughput<1, 256, false, 2>>;
   template <int V, int U, Form F>
   struct K {

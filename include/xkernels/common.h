@@ -67,6 +67,8 @@ struct DeviceProps {
   int sm_count = 0;
   int cc_major = 0;
   int smem_optin = 0;  // shared memory a block may opt in to, in bytes
+  int smem_per_sm = 0;    // shared memory of an SM, in bytes
+  int smem_reserved = 0;  // shared memory the system reserves per block, in bytes
 };
 
 inline cudaError_t GetDeviceProps(DeviceProps* out) {
@@ -78,6 +80,10 @@ inline cudaError_t GetDeviceProps(DeviceProps* out) {
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     XK_CUDA_TRY(
         cudaDeviceGetAttribute(&p.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    XK_CUDA_TRY(
+        cudaDeviceGetAttribute(&p.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    XK_CUDA_TRY(
+        cudaDeviceGetAttribute(&p.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.sm_count, cudaDevAttrMultiProcessorCount, dev));
   }
   *out = p;
@@ -164,6 +170,32 @@ template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
                          const DeviceProps& props, int cluster, Args&&... args) {
   const LaunchConfig lc(grid, block, stream, cluster, UsePDL(props));
+  return cudaLaunchKernelEx(&lc.cfg, kernel, std::forward<Args>(args)...);
+}
+
+// LaunchKernel for grids of one wave or less of blocks without static shared memory, more blocks
+// than SMs, spread evenly: at most ceil(blocks / SMs) per SM, held there by dynamic shared
+// memory, where that is fewer than fit. Else the scheduler fills SMs as they free up, and with PDL the next
+// kernel's blocks take the slots this grid leaves free, so that where this grid's blocks land
+// (and when it ends) follows the kernel before it: some SMs then hold twice the blocks of others.
+template <auto kKernel, typename... Args>
+cudaError_t LaunchSpread(dim3 grid, int threads, cudaStream_t stream, const DeviceProps& props,
+                         Args&&... args) {
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  const int cap = static_cast<int>((blocks + props.sm_count - 1) / props.sm_count);
+  int fit = 0;
+  XK_CUDA_TRY(CachedFit<kKernel>(threads, &fit, [&](int* f) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kKernel, threads, 0);
+  }));
+  // cap blocks of `bytes` fit on an SM, cap + 1 do not
+  const int64_t bytes = props.smem_per_sm / (cap + 1) + 16;
+  if (blocks <= props.sm_count || cap >= fit ||
+      cap * (bytes + props.smem_reserved) > props.smem_per_sm || bytes > props.smem_optin) {
+    return LaunchKernel(kKernel, grid, threads, stream, props, 1, std::forward<Args>(args)...);
+  }
+  decltype(kKernel) kernel;
+  XK_CUDA_TRY(SmemOptIn<kKernel>(props.smem_optin, &kernel));
+  const LaunchConfig lc(grid, threads, stream, 1, UsePDL(props), static_cast<size_t>(bytes));
   return cudaLaunchKernelEx(&lc.cfg, kernel, std::forward<Args>(args)...);
 }
 

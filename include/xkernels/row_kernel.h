@@ -841,6 +841,9 @@ inline int round_up32(int64_t x) { return static_cast<int>((x + 31) / 32 * 32); 
 
 constexpr int64_t kMaxGrid = (1ll << 31) - 1;
 constexpr int kMaxCluster = 8;  // portable cluster size
+// Softmax rows of 2049-4096 vectors in grids of up to this many rows take pairs of blocks (see
+// LaunchRowsV); past it RowKernelSmem and wider clusters, as measured at 8192-16384 rows.
+constexpr int64_t kPairRows = 2048;
 
 // Grids of about one wave load weights early (see Columns).
 inline bool early_columns(int64_t blocks, int sm_count) { return blocks <= 2 * sm_count; }
@@ -1238,13 +1241,38 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     const int c = static_cast<int>(std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, 4 * 256)));
     const int threads = round_up32(ceil_div<int64_t>(n, int64_t{c} * 4));
     const bool persistent = !early_columns(a.rows * c, props.sm_count);
+    constexpr bool kColumns = Op::kWeight || Op::kBias;
+    if constexpr (sizeof(T) * V == 16 && !Op::kFusedAdd && !kColumns) {
+      // Rows of 2049-4096 vectors (vocabulary-sized softmax rows of 32-64 KB) in grids of
+      // persistent clusters (past early_columns) of up to kPairRows rows: persistent pairs of
+      // blocks of up to 512 threads, 4 vectors each. Measured on the H100, bf16 softmax, us (a
+      // probe: CUDA graphs of 40 calls, inputs rotating over 3x the L2), before (persistent
+      // clusters of 4 x 256, or RowKernelSmem at 4096 vectors) -> after: 128 x 32000 9.10 ->
+      // 8.18, 128 x 32768 9.45 -> 8.25, 1024 x 32000 52.84 -> 50.55, 1024 x 32768 56.38 ->
+      // 52.42 (xkernels bench --sweep: 8.93 / 9.50 / 52.29 / 56.33 -> 8.09 / 8.20 / 49.93 /
+      // 51.04); rejected: one block of 512 x 8 (8.16 at 128 rows, 64.3 at 1024), the kEarly
+      // cluster form of 2 x 512 (10.1), clusters of 8 x 256 (8.6, 56.6). Latency grids (1-66
+      // rows) keep the kEarly clusters of 4 x 256: pairs took 1 x 32768 from 2.61 to 3.77.
+      if (n <= 8 * kMaxThreads && persistent && a.rows <= kPairRows) {
+        return LaunchPersistentClusters<Op, T, W, V>(a, attr, 2, round_up32(ceil_div<int64_t>(n, 8)),
+                                                     props, stream);
+      }
+    }
     if constexpr (sizeof(T) * V == 16 && !Op::kFusedAdd) {
       // Rows in shared memory (RowKernelSmem): those too long for registers, and for ops without
       // weights, rows of 64 KB or more in grids of more than a wave (shorter rows lost: 16384x20000
       // 2641 -> 1968 GB/s, 32768x16392 2606 -> 1627, with a block's fixed costs per row).
-      const int cs = SmemClusterSize(n, props);
-      constexpr bool kColumns = Op::kWeight || Op::kBias;
+      int cs = SmemClusterSize(n, props);
       if (cs > 0 && (!in_registers || (!kColumns && persistent && n >= kSmemSmallShare))) {
+        // Grids of a block per two SMs or fewer (a few rows, latency-bound) split each row over
+        // as many blocks as shares of at most kSmemSmallShare vectors take (up to kMaxCluster).
+        // Measured on the H100, bf16 softmax (xkernels bench --sweep), us: 1 x 256000 12.09 ->
+        // 7.68, 1 x 152064 11.54 -> 7.47, 1 x 262208 11.66 -> 9.47; at a block per SM it lost
+        // (16 x 262208 13.65 -> 19.00, 16 x 256000 13.72 -> 15.15: not every cluster of 8 was
+        // resident at once).
+        const int wide = static_cast<int>(
+            std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, kSmemSmallShare)));
+        if (wide > cs && 2 * a.rows * wide <= props.sm_count) cs = wide;
         return LaunchSmemClusters<Op, T, W, V>(a, attr, cs, props, stream);
       }
     }

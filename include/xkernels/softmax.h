@@ -81,15 +81,20 @@ struct SoftmaxOp {
 // Rows that do not start 16-byte aligned (a row length that is not a multiple of 16 bytes:
 // GPT-2's vocabulary of 50257), where out and in share every row's misalignment (the same row
 // strides, bases a multiple of 16 bytes apart): each row as up to V - 1 leading elements, 16-byte
-// vectors, and the trailing elements. Two passes over the row, (max, sum) then the output, the
-// second mostly from L2 (the rows of 4 blocks of kThreads per SM in flight); persistent blocks,
-// one row at a time. Before it these rows took RowKernelLong with 2-byte accesses: 1024x50257
-// bf16 869 GB/s, 8192x50257 908 (H100, the sweep of 2026-11-26).
-template <typename T, int kThreads>
+// vectors, and the trailing elements. Two passes over the row, (max, sum) then the output;
+// persistent blocks, one row at a time. kStage: pass 1 keeps each thread's vectors in dynamic
+// shared memory (cols / V of them per block), where pass 2 reads them back (each thread its own,
+// so no barrier); else pass 2 reads the row again, mostly from L2 while rows are short. Measured
+// on the H100, bf16 (xkernels bench --sweep, us): before it these rows took RowKernelLong with
+// 2-byte accesses (1024x50257 869 GB/s, 8192x50257 908, 2026-11-26); re-read 8192x50257 852
+// (1933 GB/s: at 4 rows of 100 KB per SM in flight the second read misses L2), 1024x50257 111.4.
+template <typename T, int kThreads, bool kStage = false>
 __global__ void __launch_bounds__(kThreads)
     SoftmaxUnalignedKernel(const rowwise::RowArgs<T, T> a, const SoftmaxOp::Attr attr) {
   constexpr int V = vec16<T>();
   __shared__ uint4 scratch[2][32];  // two reductions' warp partials, alternating (no 2nd barrier)
+  extern __shared__ uint4 stage_raw[];  // kStage: the row's vectors
+  Vec<T, V>* const stage = reinterpret_cast<Vec<T, V>*>(stage_raw);
   pdl_wait();
   pdl_release();
   int t = 0;
@@ -122,10 +127,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = tail + static_cast<int>(threadIdx.x); j < a.cols; j += kThreads) edge(j);
 #pragma unroll 4
     for (int i = static_cast<int>(threadIdx.x); i < body; i += kThreads) {
+      Vec<T, V> raw;
+      raw.load(in + head + i * V);
+      if constexpr (kStage) stage[i] = raw;
       float v[V];
-      Vec<float, V>::cast_load(v, in + head + i * V);
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] *= attr.scale_log2;
+      for (int k = 0; k < V; ++k) v[k] = to_float(raw[k]) * attr.scale_log2;
       take(v, V);
     }
     st = reduce::BlockReducer<false, kThreads / 32>{scratch[t & 1]}(st, SoftmaxOp::Merge{});
@@ -140,10 +147,15 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll 4
     for (int i = static_cast<int>(threadIdx.x); i < body; i += kThreads) {
+      Vec<T, V> raw;
+      if constexpr (kStage) {
+        raw = stage[i];
+      } else {
+        raw.load(in + head + i * V);
+      }
       float v[V];
-      Vec<float, V>::cast_load(v, in + head + i * V);
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = value(v[k]);
+      for (int k = 0; k < V; ++k) v[k] = value(to_float(raw[k]));
       Vec<T, V>::cast_store(out + head + i * V, v);
     }
   }
@@ -174,6 +186,28 @@ cudaError_t Softmax(T* out, const T* input, int64_t rows, int cols, RowStride ou
     DeviceProps props;
     XK_CUDA_TRY(GetDeviceProps(&props));
     constexpr int kThreads = 512;
+    // Rows staged in shared memory where two blocks of them fit on an SM; grids of a block per
+    // SM or fewer (latency-bound) in blocks of 1024 threads, twice the loads in flight.
+    const int64_t stage = int64_t{cols / kV} * 16;
+    const auto staged = [&](auto threads) -> cudaError_t {
+      constexpr int kT = decltype(threads)::value;
+      constexpr auto kernel = softmax::SoftmaxUnalignedKernel<T, kT, true>;
+      std::remove_const_t<decltype(kernel)> k;
+      XK_CUDA_TRY(SmemOptIn<kernel>(props.smem_optin - static_cast<int>(sizeof(uint4) * 64), &k));
+      int fit = 0;
+      XK_CUDA_TRY(CachedFit<kernel>(static_cast<int>(stage / 16), &fit, [&](int* f) {
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kernel, kT,
+                                                             static_cast<size_t>(stage));
+      }));
+      const int64_t blocks = std::min<int64_t>(rows, int64_t{fit} * props.sm_count);
+      const LaunchConfig lc(dim3(static_cast<unsigned>(blocks)), kT, stream, 1, UsePDL(props),
+                            static_cast<size_t>(stage));
+      return cudaLaunchKernelEx(&lc.cfg, k, a, attr);
+    };
+    if (2 * (stage + 2048 + props.smem_reserved) <= props.smem_per_sm) {
+      return rows <= props.sm_count ? staged(std::integral_constant<int, 1024>{})
+                                    : staged(std::integral_constant<int, kThreads>{});
+    }
     const int64_t blocks = std::min<int64_t>(rows, int64_t{4} * props.sm_count);
     return LaunchKernel(softmax::SoftmaxUnalignedKernel<T, kThreads>,
                         dim3(static_cast<unsigned>(blocks)), kThreads, stream, props, 1, a, attr);
