@@ -307,15 +307,16 @@ struct ActAndMulK {
     static constexpr auto kernel = ActAndMulKernel<A, T, V, U, F>;
   };
 };
-// The plain gelu forms (no bias): grids of up to 2 waves take the latency form too, as the gated
+// The plain gelu forms (no bias): grids of up to 5 waves take the latency form too, as the gated
 // ops do. Measured on H100s with xkernels bench --sweep (bf16 gelu_tanh, one output reused, us,
 // U2x128 -> the latency form; torch eager in the same runs 4.40 / 5.23-5.24 / 6.22-6.23):
 // 128 x 18176 4.79 -> 3.62, x 24576 5.30 -> 4.59, x 32768 7.32 -> 5.59; an output per input set
-// 5.03 / 5.88 / 7.84 -> 4.60 / 5.71 / 7.11. Past 2 waves (1024 rows) it keeps U2x128.
+// 5.03 / 5.88 / 7.84 -> 4.60 / 5.71 / 7.11. Up to 5 waves (from 2; 2026-11-27, GPU-f0fb4a37):
+// 1024 x 10240 (4.9 waves) 14.99 -> 13.70 (torch 14.44); 1024 x 18176 and wider keep U2x128.
 template <math::Act A, typename T, typename B>
 struct BiasActK {
   using Plain = std::conditional_t<A == math::Act::kSilu, Throughput<1, 512, false>,
-                                   Throughput<2, 128, false, 2>>;
+                                   Throughput<2, 128, false, 5>>;
   using P = std::conditional_t<std::is_void_v<B>, Plain, DefaultThroughput>;
   template <int V, int U, Form F>
   struct K {
