@@ -86,8 +86,10 @@ struct SoftmaxOp {
 // shared memory (cols / V of them per block), where pass 2 reads them back (each thread its own,
 // so no barrier); else pass 2 reads the row again, mostly from L2 while rows are short. Measured
 // on the H100, bf16 (xkernels bench --sweep, us): before it these rows took RowKernelLong with
-// 2-byte accesses (1024x50257 869 GB/s, 8192x50257 908, 2026-11-26); re-read 8192x50257 852
-// (1933 GB/s: at 4 rows of 100 KB per SM in flight the second read misses L2), 1024x50257 111.4.
+// 2-byte accesses (1024x50257 869 GB/s, 8192x50257 908, 2026-11-26); re-read -> staged (512
+// threads; 1024 at a block per SM or fewer): 8192x50257 852.0 -> 671.0 (1933 -> 2454 GB/s: at 4
+// rows of 100 KB per SM in flight the second read missed L2; torch 764), 1024x50257 111.4 -> 87.1,
+// 1x50257 10.77 -> 8.22 (torch.compile 10.54).
 template <typename T, int kThreads, bool kStage = false>
 __global__ void __launch_bounds__(kThreads)
     SoftmaxUnalignedKernel(const rowwise::RowArgs<T, T> a, const SoftmaxOp::Attr attr) {
@@ -189,11 +191,12 @@ cudaError_t Softmax(T* out, const T* input, int64_t rows, int cols, RowStride ou
     // Rows staged in shared memory where two blocks of them fit on an SM; grids of a block per
     // SM or fewer (latency-bound) in blocks of 1024 threads, twice the loads in flight.
     const int64_t stage = int64_t{cols / kV} * 16;
+    constexpr int kStatic = sizeof(uint4) * 64;  // the kernel's own shared memory (scratch)
     const auto staged = [&](auto threads) -> cudaError_t {
       constexpr int kT = decltype(threads)::value;
       constexpr auto kernel = softmax::SoftmaxUnalignedKernel<T, kT, true>;
       std::remove_const_t<decltype(kernel)> k;
-      XK_CUDA_TRY(SmemOptIn<kernel>(props.smem_optin - static_cast<int>(sizeof(uint4) * 64), &k));
+      XK_CUDA_TRY(SmemOptIn<kernel>(props.smem_optin - kStatic, &k));
       int fit = 0;
       XK_CUDA_TRY(CachedFit<kernel>(static_cast<int>(stage / 16), &fit, [&](int* f) {
         return cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kernel, kT,
@@ -204,7 +207,7 @@ cudaError_t Softmax(T* out, const T* input, int64_t rows, int cols, RowStride ou
                             static_cast<size_t>(stage));
       return cudaLaunchKernelEx(&lc.cfg, k, a, attr);
     };
-    if (2 * (stage + 2048 + props.smem_reserved) <= props.smem_per_sm) {
+    if (2 * (stage + 2 * kStatic + props.smem_reserved) <= props.smem_per_sm) {  // 1 KB spare
       return rows <= props.sm_count ? staged(std::integral_constant<int, 1024>{})
                                     : staged(std::integral_constant<int, kThreads>{});
     }
