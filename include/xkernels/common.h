@@ -175,9 +175,10 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaS
 
 // LaunchKernel for grids of one wave or less of blocks without static shared memory, more blocks
 // than SMs, spread evenly: at most ceil(blocks / SMs) per SM, held there by dynamic shared
-// memory, where that is fewer than fit. Else the scheduler fills SMs as they free up, and with PDL the next
-// kernel's blocks take the slots this grid leaves free, so that where this grid's blocks land
-// (and when it ends) follows the kernel before it: some SMs then hold twice the blocks of others.
+// memory, where that is fewer than fit. Else the scheduler fills SMs as they free up, and with PDL
+// the next kernel's blocks take the slots this grid leaves free, so that where this grid's blocks
+// land (and when it ends) follows the kernel before it: some SMs then hold twice the blocks of
+// others.
 template <auto kKernel, typename... Args>
 cudaError_t LaunchSpread(dim3 grid, int threads, cudaStream_t stream, const DeviceProps& props,
                          Args&&... args) {

@@ -1254,8 +1254,8 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
       // cluster form of 2 x 512 (10.1), clusters of 8 x 256 (8.6, 56.6). Latency grids (1-66
       // rows) keep the kEarly clusters of 4 x 256: pairs took 1 x 32768 from 2.61 to 3.77.
       if (n <= 8 * kMaxThreads && persistent && a.rows <= kPairRows) {
-        return LaunchPersistentClusters<Op, T, W, V>(a, attr, 2, round_up32(ceil_div<int64_t>(n, 8)),
-                                                     props, stream);
+        return LaunchPersistentClusters<Op, T, W, V>(
+            a, attr, 2, round_up32(ceil_div<int64_t>(n, 8)), props, stream);
       }
     }
     if constexpr (sizeof(T) * V == 16 && !Op::kFusedAdd) {
@@ -1270,8 +1270,8 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
         // 7.68, 1 x 152064 11.54 -> 7.47, 1 x 262208 11.66 -> 9.47; at a block per SM it lost
         // (16 x 262208 13.65 -> 19.00, 16 x 256000 13.72 -> 15.15: not every cluster of 8 was
         // resident at once).
-        const int wide = static_cast<int>(
-            std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, kSmemSmallShare)));
+        const int wide =
+            static_cast<int>(std::min<int64_t>(kMaxCluster, ceil_div<int64_t>(n, kSmemSmallShare)));
         if (wide > cs && 2 * a.rows * wide <= props.sm_count) cs = wide;
         return LaunchSmemClusters<Op, T, W, V>(a, attr, cs, props, stream);
       }

@@ -116,9 +116,9 @@ __global__ void MergeStatesKernel(const __grid_constant__ MergeParams p) {
     for (int base = 0; base < p.num_states; base += 32) {
       // this lane's weight for state base + lane; 0 past the last state
       const int mine = base + lane;
-      const float w_mine =
-          mine < p.num_states ? math::ex2_approx((base == 0 ? own : lse2(mine)) - m_use) * inv
-                              : 0.f;
+      const float w_mine = mine < p.num_states
+                               ? math::ex2_approx((base == 0 ? own : lse2(mine)) - m_use) * inv
+                               : 0.f;
       const int n = min(32, p.num_states - base);
       for (int k0 = 0; k0 < n; k0 += kBatch) {
         float x[kBatch][kPer];
