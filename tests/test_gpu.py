@@ -198,8 +198,10 @@ def test_softmax_latency_and_staged_rows(dtype, rows, cols):
                                 "silu", "add_bias_gelu", "mul_add"])
 def test_latency_grids_spread_over_sms(op, rows, cols):
     """Latency grids of more blocks than SMs, their blocks held to ceil(blocks / SMs) per SM by
-    dynamic shared memory (LaunchSpread), and gelu_and_mul's latency form up to 3 waves
-    (128 x 36864); 200 x 4100 leaves each row's last block short."""
+    dynamic shared memory (LaunchSpread: 128 x 9216, 1152 blocks at most 9 per SM), and
+    gelu_and_mul's latency form up to 3 waves (128 x 36864); 7 x 12288 has fewer blocks than SMs
+    (a plain launch); 200 x 4100 is not a multiple of 8 elements (2-byte accesses), each row's last
+    block short."""
     check(op, (rows, cols), torch.bfloat16, "cuda")
 
 
