@@ -303,18 +303,17 @@ Variant KernelVariant(std::string name, K kernel, int64_t blocks, int threads,
   return v;
 }
 
-// Dynamic shared memory that caps `kernel`'s blocks of `threads` at `cap` per SM (0 where it fits
-// no more than that anyway), its opt-in set.
+// Dynamic shared memory that caps `kernel`'s blocks of `threads` at `cap` per SM (the library's
+// LaunchSpread size; 0 where it fits no more than that anyway, or no size caps it), its opt-in set.
 size_t CapSmem(const void* kernel, int threads, int cap) {
-  int fit = 0, dev = 0, per_sm = 0;
+  int fit = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, 0));
   if (cap >= fit) return 0;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  const size_t bytes = per_sm / (cap + 1) + 16;
+  const int64_t bytes = SpreadSmem(cap, g_props);
+  if (bytes == 0) return 0;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(bytes)));
-  return bytes;
+  return static_cast<size_t>(bytes);
 }
 
 // `v` again with its blocks capped at ceil(blocks / SMs) per SM by dynamic shared memory ("C" and

@@ -179,6 +179,15 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaS
 // the next kernel's blocks take the slots this grid leaves free, so that where this grid's blocks
 // land (and when it ends) follows the kernel before it: some SMs then hold twice the blocks of
 // others.
+// Dynamic shared memory per block of which `cap` blocks fit on an SM and cap + 1 do not (blocks
+// with no static shared memory), or 0 where no size does that.
+inline int64_t SpreadSmem(int cap, const DeviceProps& props) {
+  const int64_t bytes = props.smem_per_sm / (cap + 1) + 16;
+  return cap * (bytes + props.smem_reserved) > props.smem_per_sm || bytes > props.smem_optin
+             ? 0
+             : bytes;
+}
+
 template <auto kKernel, typename... Args>
 cudaError_t LaunchSpread(dim3 grid, int threads, cudaStream_t stream, const DeviceProps& props,
                          Args&&... args) {
@@ -188,10 +197,8 @@ cudaError_t LaunchSpread(dim3 grid, int threads, cudaStream_t stream, const Devi
   XK_CUDA_TRY(CachedFit<kKernel>(threads, &fit, [&](int* f) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(f, kKernel, threads, 0);
   }));
-  // cap blocks of `bytes` fit on an SM, cap + 1 do not
-  const int64_t bytes = props.smem_per_sm / (cap + 1) + 16;
-  if (blocks <= props.sm_count || cap >= fit ||
-      cap * (bytes + props.smem_reserved) > props.smem_per_sm || bytes > props.smem_optin) {
+  const int64_t bytes = SpreadSmem(cap, props);
+  if (blocks <= props.sm_count || cap >= fit || bytes == 0) {
     return LaunchKernel(kKernel, grid, threads, stream, props, 1, std::forward<Args>(args)...);
   }
   decltype(kKernel) kernel;
