@@ -99,6 +99,16 @@ def test_norm_one_wave_grids(op, dtype, rows, cols):
     check(op, (rows, cols), dtype, "cuda")
 
 
+@pytest.mark.parametrize("cols", [12288, 11000])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("op", ["fused_add_rmsnorm", "gemma_fused_add_rmsnorm"])
+def test_fused_add_rows_past_one_wave(op, dtype, cols):
+    """16-bit fused-add rows of 1025-1536 vectors in grids past one wave (2000 rows): RowKernelFlat
+    512 x 3, columns from memory; 11000 (1375 vectors) leaves the last threads' third vector past
+    the row."""
+    check(op, (2000, cols), dtype, "cuda")
+
+
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "fused_add_rmsnorm"])
 def test_norm_many_rows_float32_weights(op):
     """The same grids with float32 columns for bf16 rows: their columns after the reduction."""
@@ -208,11 +218,11 @@ def test_latency_grids_spread_over_sms(op, rows, cols):
 @pytest.mark.parametrize("cols", [151936, 262208])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_rows_just_past_whole_chunks(cols, dtype):
-    """Vocabulary-sized rows whose shares over 3-5 blocks lie just past whole 32 KB chunks of
-    RowKernelSmem (bf16 151936: 3.09 chunks; 262208 over 5 blocks: 3.2), so that each share's
-    last chunk is nearly empty (float32 151936: 3.7 chunks; 262208: no shared-memory rows);
-    grids past the clusters that fit, each taking many rows; softmax and rmsnorm against
-    float64."""
+    """Vocabulary-sized rows over clusters of RowKernelSmem: bf16 151936 over 2 blocks (shares of
+    4.6 32 KB chunks, the ring's 6 slots one short of two shares), 262208 over 4 (4.004 chunks:
+    each share's last chunk nearly empty), float32 151936 over 4 (4.6 chunks; float32 262208:
+    no shared-memory rows); grids past the clusters that fit, each taking many rows; softmax and
+    rmsnorm against float64."""
     check("softmax", (300, cols), dtype, "cuda")
     check("rmsnorm", (300, cols), dtype, "cuda")
 

@@ -911,7 +911,7 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
 // RowKernelSmem's shape: one block of 1024 threads per SM, 2 vectors per thread in a chunk of 32
 // KB, a ring of 6 chunks (192 KB); shares of at most 64 KB where one or two blocks hold the row
 // (the ring holds three rows' shares, so two are arriving while one is reduced), else of at most
-// 128 KB. Measured on the H100, softmax bf16, GB/s:
+// 128 KB (160 KB since: SmemClusterSize). Measured on the H100, softmax bf16, GB/s:
 //   4096x131072  2780-2826  (RowKernel's persistent clusters of 8 blocks: 2612; now with bulk
 //                stores, 2851-2873: see LaunchSmemClusters)
 //   2048x262144  2757-2771  (RowKernelLong: 775)
@@ -924,15 +924,23 @@ cudaError_t LaunchPersistentClusters(const RowArgs<T, W>& a, const typename Op::
 // re-reads from L2.
 constexpr int kSmemThreads = 1024, kSmemVPC = 2, kSmemSlots = 6;
 constexpr int64_t kSmemShare = 8192, kSmemSmallShare = 4096;  // vectors of 16 bytes
+// Shares of rows too long for two small ones: at most 5 of the ring's 6 chunks (160 KB).
+constexpr int64_t kSmemLargeShare = (kSmemSlots - 1) * kSmemThreads * kSmemVPC;
 constexpr size_t kSmemBytes = size_t{kSmemSlots} * kSmemThreads * kSmemVPC * 16;  // the ring
 
 // Blocks per row for RowKernelSmem (a cluster of them), or 0 where rows of n vectors are too long
-// or the device's blocks cannot have the ring (its static shared memory is under 2 KB).
+// (more than kMaxCluster shares of kSmemShare) or the device's blocks cannot have the ring (its
+// static shared memory is under 2 KB). Rows longer than two small shares take 2, 4 or 8 blocks of
+// at most kSmemLargeShare (no clusters of 3 or 5-7: they ran at 2100-2400 GB/s whatever the row).
+// Measured on the H100, bf16 softmax (xkernels bench --sweep), GB/s at 1024 rows, shares of at most
+// 128 KB -> 160 KB: 151936 over 3 blocks 2135 -> over 2 2548, 262208 over 5 2127 -> over 4 2311
+// (256000, over 4 either way: 2631).
 inline int SmemClusterSize(int64_t n, const DeviceProps& props) {
   if (static_cast<size_t>(props.smem_optin) < kSmemBytes + 2048) return 0;
-  int64_t c = ceil_div(n, kSmemSmallShare);
-  if (c > 2) c = ceil_div(n, kSmemShare);
-  return c <= kMaxCluster ? static_cast<int>(c) : 0;
+  if (n > kMaxCluster * kSmemShare) return 0;
+  if (n <= 2 * kSmemSmallShare) return static_cast<int>(ceil_div(n, kSmemSmallShare));
+  const int64_t c = ceil_div(n, kSmemLargeShare);
+  return c <= 2 ? 2 : c <= 4 ? 4 : kMaxCluster;
 }
 
 // The launch of RowKernelSmem with shares of `share` vectors.
@@ -1179,6 +1187,17 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     if (!early_columns(blocks, props.sm_count)) {
       if (n > 384 && n <= 512) {
         return LaunchKernel(RowKernelFlat<Op, T, W, 128, 4>, grid, 128, stream, props, 1, a, attr);
+      }
+      if constexpr (Op::kFusedAdd && sizeof(T) == 2) {
+        // 16-bit fused-add rows of 1025-1536 vectors (Mistral Large 2's 12288 values) in grids
+        // past one wave: RowKernelFlat 512 x 3, columns from memory. Measured on the H100,
+        // fused_add_rmsnorm bf16 8192 x 12288, us: rows_probe, RowKernel 384 x 4 277.8 -> 269.1
+        // (1024 x 2 270.8-271.0, RowKernelPipe 512 x 3 273.7-277.2); the sweep, 278.5 -> 271.0
+        // (FlashInfer 272.8, Liger 270.9 in the same run).
+        if (n > 1024 && n <= 1536) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 3>, grid, 512, stream, props, 1, a,
+                              attr);
+        }
       }
       if constexpr (kRmsColumns) {
         if (n1024 && blocks >= kManyRows) {
