@@ -4,7 +4,9 @@
 // first's. How the stream-K rule and the block-scale turns were measured (benchmarks/README.md,
 // GEMM kernel versions). Variants: "dp" whole tiles only (no workspace), "sk" as dispatched, then
 // tile variants called directly; each variant's output (NaN-poisoned before) against the
-// first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only.
+// first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only;
+// AB_SET=pp: the shapes without gating or block scales against the ping-pong tiles
+// (sm90_pingpong.h; "pp" single blocks, "pp2" clusters of 2).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -21,6 +23,7 @@
 
 #include "probe.h"
 #include "xkernels/gemm/gemm.h"
+#include "xkernels/gemm/sm90_pingpong.h"
 using namespace xkernels;
 using gemm::Elem;
 using gemm::Params;
@@ -59,6 +62,11 @@ L Direct(float* ws, const DeviceProps& props) {
     return gemm::LaunchSm90<Tl, __nv_bfloat16>(q, 0, props);
   };
 }
+// A ping-pong tile (sm90_pingpong.h) called directly, bf16 out.
+template <class Tl>
+L Ping(const DeviceProps& props) {
+  return [&props](Params q) { return gemm::detail::LaunchSm90Ping<Tl, __nv_bfloat16>(q, 0, props); };
+}
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
@@ -85,6 +93,8 @@ int main() {
       {4096, 4096, 4096, Elem::kE4M3, Scale::kRow},
       {4096, 4096, 4096, Elem::kE4M3, Scale::kBlock},
       {8192, 4096, 4096, Elem::kE4M3, Scale::kRow},
+      {1000, 1040, 1040, Elem::kBF16, Scale::kNone},
+      {1000, 1040, 1040, Elem::kE4M3, Scale::kRow},
       {8192, 14336, 4096, Elem::kBF16, Scale::kNone, 0},
       {4096, 14336, 4096, Elem::kBF16, Scale::kNone, 0},
   };
@@ -95,6 +105,7 @@ int main() {
   const char* set = std::getenv("AB_SET");
   for (const S& s : shapes) {
     if (set && std::string(set) == "fp8" && s.in != Elem::kE4M3) continue;
+    if (set && std::string(set) == "pp" && (s.act >= 0 || s.sc == Scale::kBlock)) continue;
     const int eb = s.in == Elem::kE4M3 ? 1 : 2;
     uint8_t *a, *b;
     void* out;
@@ -139,7 +150,14 @@ int main() {
                     q.workspace = ws;
                     return gemm::Gemm(q, 0);
                   }});
-    if (s.act >= 0) {
+    if (set && std::string(set) == "pp") {
+      if (s.in == Elem::kBF16) {
+        vs.push_back({"pp2", Ping<gemm::Sm90PingTile<B16, 128, 6, 2>>(props)});
+      } else {
+        vs.push_back({"pp", Ping<gemm::Sm90PingTile<F8, 128, 6>>(props)});
+        vs.push_back({"pp2", Ping<gemm::Sm90PingTile<F8, 128, 6, 2>>(props)});
+      }
+    } else if (s.act >= 0) {
     } else if (s.in == Elem::kBF16) {
       vs.push_back({"sk+ord", Direct<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>>(ws, props)});
     } else if (s.sc == Scale::kBlock) {
