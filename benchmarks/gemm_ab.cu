@@ -12,6 +12,7 @@
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -62,10 +63,37 @@ L Direct(float* ws, const DeviceProps& props) {
     return gemm::LaunchSm90<Tl, __nv_bfloat16>(q, 0, props);
   };
 }
+// cuBLAS's bf16 GEMM (cublasGemmEx, found by dlopen so that the probe builds without its headers;
+// the enum values are cuBLAS's: OP_N 0, OP_T 1, CUDA_R_16BF 14, COMPUTE_32F 68, GEMM_DEFAULT -1).
+struct Cublas {
+  using Create = int (*)(void**);
+  using GemmEx = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
+                         const void*, int, int, const void*, void*, int, int, int, int);
+  void* handle = nullptr;
+  GemmEx gemm = nullptr;
+  Cublas() {
+    void* lib = nullptr;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+      if ((lib = dlopen(name, RTLD_NOW)) != nullptr) break;
+    }
+    if (lib == nullptr) return;
+    auto create = reinterpret_cast<Create>(dlsym(lib, "cublasCreate_v2"));
+    gemm = reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx"));
+    if (create == nullptr || gemm == nullptr || create(&handle) != 0) gemm = nullptr;
+  }
+  // out [m, n] = a [m, k] b [n, k]^T, row-major: out^T = b a^T in column-major terms
+  cudaError_t operator()(const Params& q) const {
+    const float one = 1.f, zero = 0.f;
+    const int r = gemm(handle, 1, 0, q.n, q.m, q.k, &one, q.b, 14, (int)q.ldb, q.a, 14, (int)q.lda,
+                       &zero, q.out, 14, (int)q.ldc, 68, -1);
+    return r == 0 ? cudaSuccess : cudaErrorUnknown;
+  }
+};
 // A ping-pong tile (sm90_pingpong.h) called directly, bf16 out.
 template <class Tl>
 L Ping(const DeviceProps& props) {
-  return [&props](Params q) { return gemm::detail::LaunchSm90Ping<Tl, __nv_bfloat16>(q, 0, props); };
+  return
+      [&props](Params q) { return gemm::detail::LaunchSm90Ping<Tl, __nv_bfloat16>(q, 0, props); };
 }
 int main() {
   DeviceProps props;
@@ -99,11 +127,26 @@ int main() {
       {4096, 14336, 4096, Elem::kBF16, Scale::kNone, 0},
   };
   float* ws;
-  const int64_t wsn = (int64_t)props.sm_count * (128 * 256 + 2);
+  const int64_t wsn = std::max<int64_t>((int64_t)props.sm_count * (128 * 256 + 2), 2 * 576 * 8192);
   CHECK(cudaMalloc(&ws, wsn * 4));
   CHECK(cudaMemset(ws, 0, wsn * 4));
   const char* set = std::getenv("AB_SET");
+  if (set && std::string(set) == "mid") {
+    shapes.clear();
+    for (int m : {160, 192, 200, 256, 320, 384, 448, 512, 576}) {
+      shapes.push_back({m, 4096, 4096, Elem::kBF16, Scale::kNone});
+      shapes.push_back({m, 4096, 14336, Elem::kBF16, Scale::kNone});
+    }
+    for (int m : {192, 256, 300, 320}) shapes.push_back({m, 8192, 8192, Elem::kBF16, Scale::kNone});
+    for (int m : {384, 512}) shapes.push_back({m, 2048, 4096, Elem::kBF16, Scale::kNone});
+    shapes.push_back({320, 6144, 4096, Elem::kBF16, Scale::kNone});
+  }
+  const char* only = std::getenv("AB_ONLY");  // "m,n,k": that shape only
   for (const S& s : shapes) {
+    if (only &&
+        std::to_string(s.m) + "," + std::to_string(s.n) + "," + std::to_string(s.k) != only) {
+      continue;
+    }
     if (set && std::string(set) == "fp8" && s.in != Elem::kE4M3) continue;
     if (set && std::string(set) == "pp" && (s.act >= 0 || s.sc == Scale::kBlock)) continue;
     const int eb = s.in == Elem::kE4M3 ? 1 : 2;
@@ -150,7 +193,39 @@ int main() {
                     q.workspace = ws;
                     return gemm::Gemm(q, 0);
                   }});
-    if (set && std::string(set) == "pp") {
+    if (set && std::string(set) == "mid") {
+      static Cublas cublas;
+      if (cublas.gemm != nullptr) vs.push_back({"cublas", [](Params q) { return cublas(q); }});
+      // the dispatch before the sized swapped tiles: TileGrid's tile and PlanSplits' split
+      vs.push_back({"old", [ws, &props](Params q) {
+                      const int sms = props.sm_count;
+                      const gemm::Kernel k = gemm::TileGrid(q, sms);
+                      int bm = 0, bn = 0;
+                      gemm::TileDims(q, k, sms, &bm, &bn);
+                      const int64_t tiles = (int64_t)ceil_div(q.m, bm) * ceil_div(q.n, bn);
+                      q.splits = 1;
+                      if (k == gemm::Kernel::kSm90Mid && 2 * tiles <= sms) q.splits = 2;
+                      if (k == gemm::Kernel::kSm90Swap192) {
+                        q.splits = (int)gemm::SwapSplits(tiles, ceil_div(q.k, 64), sms);
+                      }
+                      q.workspace = ws;
+                      q.stream_k = q.splits == 1 && gemm::StreamKElems(q, k, sms) > 0;
+                      switch (k) {
+                        case gemm::Kernel::kSm90Large:
+                          return gemm::LaunchSm90<gemm::Sm90Large<B16>, B16>(q, 0, props);
+                        case gemm::Kernel::kSm90Mid:
+                          return gemm::LaunchSm90<gemm::Sm90Mid<B16>, B16>(q, 0, props);
+                        case gemm::Kernel::kSm90Wide192:
+                          return gemm::LaunchSm90<gemm::Sm90Wide192<B16>, B16>(q, 0, props);
+                        case gemm::Kernel::kSm90Slim:
+                          return gemm::LaunchSm90<gemm::Sm90Slim<B16>, B16>(q, 0, props);
+                        case gemm::Kernel::kSm90Swap192:
+                          return gemm::LaunchSm90<gemm::Sm90Swap192<B16>, B16>(q, 0, props);
+                        default:
+                          return cudaErrorInvalidValue;
+                      }
+                    }});
+    } else if (set && std::string(set) == "pp") {
       if (s.in == Elem::kBF16) {
         vs.push_back({"pp2", Ping<gemm::Sm90PingTile<B16, 128, 6, 2>>(props)});
       } else {

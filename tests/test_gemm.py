@@ -631,6 +631,29 @@ def test_gpu_gemm_mid(dtype, shape, variant):
                     **GEMM_VARIANTS[variant]))
 
 
+# The swapped tiles sized to m (gemm.h's SwapSizedN on the H100's 132 SMs: 16-bit outputs, 32
+# weight tiles of 128 rows and 4 a-tiles of n_t rows, in clusters of 2 that share the weights'
+# tile), each n_t the dispatcher takes: 48 (m 192, whole tiles), 64 (m 250: TMA stores, the last
+# tile 58 rows), 80 (m 300: element stores, a partial last tile), 112 (m 440 x n 3976: 8 rows past
+# a whole weight tile), 128 (m 512), 144 (m 570); and over 63 weight tiles in 2 a-tiles, 96 (m 192
+# x n 8000) and 160 (m 320 x n 8000). k 1000 leaves a partial k block; n 4000 a partial weight
+# tile. Every variant: those with fp32 outputs or b as [k, n] take other tiles, the forced split
+# runs the clusters in splits.
+SIZED_SHAPES = {48: (192, 4000, 1000), 64: (250, 4000, 1000), 80: (300, 4000, 1000),
+                112: (440, 3976, 1000), 128: (512, 4000, 1000), 144: (570, 4000, 1000),
+                96: (192, 8000, 1000), 160: (320, 8000, 1000)}
+
+
+@gpu
+@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
+@pytest.mark.parametrize("n_t", list(SIZED_SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_swap_sized(dtype, n_t, variant):
+    m, n, k = SIZED_SHAPES[n_t]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpusized", dtype, n_t, variant),
+                    **GEMM_VARIANTS[variant]))
+
+
 @gpu
 @pytest.mark.parametrize("m,n,k", [(136, 1032, 1000), (143, 4104, 1000), (521, 4104, 4104)])
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)

@@ -86,6 +86,17 @@ using Sm90Slim = Sm90Tile<T, 1, 256, 4, false>;
 // 4096 x 14336 86.3 -> 76.5 (83.5); m 576, 28672 x 4096 246.5 -> 212.6 (235.7).
 template <typename T>
 using Sm90Swap192 = Sm90Tile<T, 2, 192, 5, false, 1, false, true>;
+// 16-bit m of 129-576 whose weights span few 128-row tiles (n 4096: 32): operands swapped as
+// Sm90Swap192, a's rows cut into an even count of tiles of kN (the wgmma's n, 48-160) so that the
+// grid fills the SMs in one round, in clusters of 2 on the same weight rows, each block loading
+// half of that 128-row weight tile for both (the weights' L2 reads halved; SwapSizedN below says
+// where, with what it measured). Without the clusters the same tiles were L2-bound (H100, ncu:
+// 320 x 4096 x 14336 read 830 MB of L2 at 86% of its peak in 85 us, cuBLAS's 128 x 80 tiles in
+// clusters of 2 517 MB in 62 us; in clusters ours ran 78 us), and keeping a second k block of
+// wgmmas in flight ran 10-25% slower in clusters (gemm_ab AB_SET=mid, GPU-43053a31).
+constexpr int SwapSizedStages(int n) { return n <= 48 ? 9 : n <= 80 ? 8 : n <= 112 ? 7 : 6; }
+template <typename T, int kN>
+using Sm90SwapSized = Sm90Tile<T, 2, kN, SwapSizedStages(kN), false, 2, false, true, true>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
 // block's scales, the wgmmas adding each block's product to them directly and one 128-column half
 // rescaled while the other half's product runs (sm90.h; H100, same-process A/B: 8192^3 898 ->
@@ -108,8 +119,39 @@ enum class Kernel {
   kSm90Small,
   kSm90Wide192,
   kSm90Slim,
-  kSm90Swap192
+  kSm90Swap192,
+  kSm90SwapSized
 };
+
+// The rows of a per tile of Sm90SwapSized for p on `sms` SMs, or 0 where those tiles are not
+// taken: 16-bit inputs and outputs, not gated, m 129-576 (m <= 256 only with k <= 8192), and an
+// even count t <= 4 of a-tiles per 128 weight rows whose grid keeps at least 90% of the SMs busy
+// in one round of clusters (the smallest n of 48, 64, ..., 160 with t n >= m; at most sms / 2 - 2
+// clusters, which the H100's GPCs hold at once), padding m by at most an eighth. Fitted on the
+// H100 (gemm_ab AB_SET=mid, same process, us, the dispatch before -> these tiles; GPU-546af405 and
+// GPU-45ce7111): t = 4 (n 4096) wins for m 192 and 256-576 (576 x 4096 x 4096 42.1 -> 35.0, 576 x
+// 4096 x 14336 133.8 -> 101.5), t = 2 (n 8192) for m 192-320 (320 x 8192 x 8192 94.7 -> 73.9);
+// they lose where the last tile is a fifth or more empty (160 x 4096 x 4096 20.7 -> 23.2, 200 x
+// 4096 x 14336 55.0 -> 76.8), at m <= 256 with k past 8192, where the split 128 x 192 tiles are
+// better (192 x 4096 x 14336 54.1-57.1 -> 62.9-68.8), at t = 8 (n 2048: 384 / 512 x 2048 x 4096
+// 22.2 / 19.4 -> 22.8 / 20.1), and at t = 2 with 96 tiles (n 6144, 73% of the SMs).
+inline int SwapSizedN(const Params& p, int sms) {
+  if (p.act >= 0 || p.m <= 128 || p.m > 576 || p.in_type == Elem::kE4M3 ||
+      p.out_type != p.in_type || (p.m <= 256 && p.k > 8192)) {
+    return 0;
+  }
+  const int64_t w = ceil_div<int64_t>(p.n, 128);  // weight tiles
+  int64_t t = std::min<int64_t>(4, sms / w);
+  t -= t % 2;
+  if (t < 2) return 0;
+  for (const int n : {48, 64, 80, 96, 112, 128, 144, 160}) {
+    if (n * t < p.m) continue;
+    const int64_t tiles = ceil_div<int64_t>(p.m, n);  // a-tiles holding rows
+    const bool busy = w * tiles * 10 >= int64_t{sms} * 9, full = int64_t{p.m} * 9 >= tiles * n * 8;
+    return busy && full && w * ceil_div<int64_t>(tiles, 2) <= sms / 2 - 2 ? n : 0;
+  }
+  return 0;
+}
 
 // Splits of the swapped tiles' `tiles` on `sms` SMs (k in kb 64-wide blocks): to fill the SMs when
 // the tiles fill at most half of them, at most 4 and each split at least 8 k blocks long; else 1
@@ -196,7 +238,8 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
   if (sm90) {
     if (p.m <= 64) return Kernel::kSm90Small;
     if (p.m <= 128) return Kernel::kSm90Mid;
-    return p.in_type == Elem::kE4M3 ? Kernel::kSm90Large : TileGrid(p, sms);
+    if (p.in_type == Elem::kE4M3) return Kernel::kSm90Large;
+    return SwapSizedN(p, sms) > 0 ? Kernel::kSm90SwapSized : TileGrid(p, sms);
   }
   if (p.m <= 16) return Kernel::kSm80Small;
   return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
@@ -238,6 +281,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
     case Kernel::kSm90Swap192:  // (the output's rows x columns; the kernel's are swapped)
       *bm = 192, *bn = 128;
       return;
+    case Kernel::kSm90SwapSized:
+      *bm = SwapSizedN(p, sms), *bn = 128;
+      return;
     case Kernel::kSm90Small:
       *bm = 64, *bn = p.in_type == Elem::kE4M3 && p.a_scale_kind != Scale::kBlock ? 64 : 128;
       return;
@@ -262,8 +308,8 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   one.splits = 1;
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
-  // the 64-row tiles of m > 128 are chosen for their rounds unsplit (TileGrid)
-  if (kernel == Kernel::kSm90Slim) return cudaSuccess;
+  // the 64-row tiles of m > 128 and the sized swapped ones are chosen for their rounds unsplit
+  if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90SwapSized) return cudaSuccess;
   int bm = 0, bn = 0;
   TileDims(p, kernel, props.sm_count, &bm, &bn);
   if (p.act >= 0) bn /= 2;  // a gated tile's product spans twice its output columns
@@ -288,6 +334,34 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   s = std::min<int64_t>({s, max_splits, 64});
   *splits = static_cast<int32_t>(std::max<int64_t>(1, s));
   return cudaSuccess;
+}
+
+// Runs p on Sm90SwapSized's tiles of SwapSizedN(p) rows of a (16-bit outputs of the inputs' type).
+template <typename T, typename Out>
+cudaError_t LaunchSwapSized(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+  if constexpr (std::is_same_v<T, Out>) {
+    switch (SwapSizedN(p, props.sm_count)) {
+      case 48:
+        return LaunchSm90<Sm90SwapSized<T, 48>, Out>(p, stream, props);
+      case 64:
+        return LaunchSm90<Sm90SwapSized<T, 64>, Out>(p, stream, props);
+      case 80:
+        return LaunchSm90<Sm90SwapSized<T, 80>, Out>(p, stream, props);
+      case 96:
+        return LaunchSm90<Sm90SwapSized<T, 96>, Out>(p, stream, props);
+      case 112:
+        return LaunchSm90<Sm90SwapSized<T, 112>, Out>(p, stream, props);
+      case 128:
+        return LaunchSm90<Sm90SwapSized<T, 128>, Out>(p, stream, props);
+      case 144:
+        return LaunchSm90<Sm90SwapSized<T, 144>, Out>(p, stream, props);
+      case 160:
+        return LaunchSm90<Sm90SwapSized<T, 160>, Out>(p, stream, props);
+      default:
+        break;
+    }
+  }
+  return cudaErrorInvalidValue;  // (Choose takes these tiles only where SwapSizedN gives a size)
 }
 
 inline bool IsSm80(Kernel k) {
@@ -388,6 +462,9 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
             break;
           case Kernel::kSm90Swap192:
             XK_CUDA_TRY((LaunchSm90<Sm90Swap192<T>, Out>(q, stream, props)));
+            break;
+          case Kernel::kSm90SwapSized:
+            XK_CUDA_TRY((LaunchSwapSized<T, Out>(q, stream, props)));
             break;
           case Kernel::kSm90Small:
             XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));

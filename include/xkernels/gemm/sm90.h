@@ -25,6 +25,8 @@
 // The last row of tiles, where m is not a multiple of kBM, loads its a box at row m - kBM (in
 // bounds) and writes only the rows the tile above does not (Unit). Swapped tiles (kSwap, 16-bit)
 // compute out^T = b a^T, the output's columns on the wgmma's m side, and store the transpose.
+// Clusters of 2 share b (vertically adjacent tiles, each block loading half of b for both) or,
+// with kShareA, a (horizontally adjacent tiles: the swapped tiles' weights).
 //
 // Split-K: a unit with splits > 1 writes its fp32 partial tile (scaled, without bias) to the
 // workspace; SplitKReduce sums them.
@@ -66,7 +68,7 @@
 namespace xkernels::gemm {
 
 template <typename T_, int kConsumers_, int kBN_, int kStages_, bool kBlockScale_,
-          int kCluster_ = 1, bool kOrdered_ = false, bool kSwap_ = false>
+          int kCluster_ = 1, bool kOrdered_ = false, bool kSwap_ = false, bool kShareA_ = false>
 struct Sm90Tile {
   using T = T_;  // __half, __nv_bfloat16 or __nv_fp8_e4m3
   static constexpr int kConsumers = kConsumers_, kBN = kBN_, kStages = kStages_;
@@ -77,6 +79,9 @@ struct Sm90Tile {
   // Clusters of kCluster blocks on vertically adjacent tiles (the same columns of the output):
   // each block loads its own a and 1 / kCluster of the b tile they share, multicast to all.
   static constexpr int kCluster = kCluster_;
+  // kShareA: the cluster's blocks are horizontally adjacent instead (the same rows of the output,
+  // consecutive kBN columns), each loading its own b and 1 / kCluster of the a tile they share
+  static constexpr bool kShareA = kShareA_ && kCluster_ > 1;
   // Operands swapped (16-bit, not gated): the tile computes out^T = b a^T, b's rows (the output's
   // columns) on the wgmma's m side, 64 per consumer group, and a's rows (the output's rows) on its
   // n side, kBN of them; the epilogue writes the transpose (bias per accumulator row). For m just
@@ -90,7 +95,9 @@ struct Sm90Tile {
   static constexpr int kStageBytes = kABytes + kBBytes;
   // A 16-bit output leaves through shared memory as TMA boxes of 64 x 64 (128-byte swizzled rows,
   // 8 KB): kCSlots box slots per consumer group, 64 x kBN of 16-bit values in all.
-  static constexpr int kCBytes = 64 * kBN * 2;
+  // (none where kBN is not a whole number of boxes: element stores)
+  static constexpr int kCBytes =
+      kBN % 64 != 0 ? 0 : (64 * kBN * 2 > kConsumers * 8192 ? 64 * kBN * 2 : kConsumers * 8192);
   static constexpr int kCSlots = kCBytes / 8192 / kConsumers > 0 ? kCBytes / 8192 / kConsumers : 1;
   // slack to align, the stages and the C buffer (1024-byte aligned: the swizzle's period), the
   // barriers
@@ -100,7 +107,9 @@ struct Sm90Tile {
   static_assert(kBN <= 256 && kBM <= 256, "TMA boxes of at most 256 rows");
   static_assert(kCluster == 1 || (kCluster == 2 && kBN % 16 == 0),
                 "clusters of 2, each b share a whole number of 8-row swizzle periods");
-  static_assert(kCSlots * kConsumers * 8192 <= kCBytes, "a box slot per consumer group");
+  static_assert(!kShareA || !kBlockScale, "clusters sharing a: plain tiles");
+  static_assert(kCBytes == 0 || kCSlots * kConsumers * 8192 <= kCBytes,
+                "a box slot per consumer group");
   static_assert(!kSwap || (sizeof(T) == 2 && !kBlockScale), "swapped operands: 16-bit");
 };
 
@@ -124,11 +133,17 @@ XK_HOST_DEVICE int TileCols(const Params& p) {
   return p.act >= 0 ? Tl::kBN / 2 : Tl::kBN;
 }
 
-// Rows of tiles in steps of kCluster: a cluster's blocks take the tiles (kCluster tm2 + rank, tn).
+// Rows of tiles in steps of kCluster: a cluster's blocks take the tiles (kCluster tm2 + rank, tn);
+// with kShareA columns of tiles in steps of kCluster instead, (tm, kCluster tn2 + rank).
 template <class Tl>
 XK_HOST_DEVICE int TileRows(const Params& p) {
   const int tiles_m = (p.m + Tl::kBM - 1) / Tl::kBM;
-  return (tiles_m + Tl::kCluster - 1) / Tl::kCluster;
+  return Tl::kShareA ? tiles_m : (tiles_m + Tl::kCluster - 1) / Tl::kCluster;
+}
+template <class Tl>
+XK_HOST_DEVICE int TileColumns(const Params& p) {
+  const int cols = TileCols<Tl>(p), tiles_n = (p.n + cols - 1) / cols;
+  return Tl::kShareA ? (tiles_n + Tl::kCluster - 1) / Tl::kCluster : tiles_n;
 }
 
 // Work unit u (of a block of cluster rank `rank`) -> its output tile (tm, tn) and k blocks. A
@@ -145,13 +160,17 @@ struct Unit {
 };
 template <class Tl>
 XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
-  const int cols = TileCols<Tl>(p);
-  const int tiles_m = TileRows<Tl>(p), tiles_n = (p.n + cols - 1) / cols;
+  const int tiles_m = TileRows<Tl>(p), tiles_n = TileColumns<Tl>(p);
   const int tiles = tiles_m * tiles_n;
   Unit w;
   w.split = u / tiles;
   GroupedTile<16>(u % tiles, tiles_m, tiles_n, &w.tm, &w.tn);
-  w.tm = w.tm * Tl::kCluster + rank;
+  if constexpr (Tl::kShareA) {
+    // (a block past the last column of tiles loads zeros and writes nothing)
+    w.tn = w.tn * Tl::kCluster + rank;
+  } else {
+    w.tm = w.tm * Tl::kCluster + rank;
+  }
   w.m_lo = w.tm * Tl::kBM;
   w.m0 = p.shift_last_rows && p.m >= Tl::kBM ? min(w.m_lo, p.m - Tl::kBM) : w.m_lo;
   SplitRange((p.k + Tl::kBK - 1) / Tl::kBK, p.splits, w.split, &w.kb_begin, &w.kb_count);
@@ -163,8 +182,7 @@ XK_DEVICE Unit UnitOf(const Params& p, int u, int rank) {
 // Work units of a call: output tiles (of clusters) x splits.
 template <class Tl>
 XK_HOST_DEVICE int64_t Sm90Units(const Params& p) {
-  const int cols = detail::TileCols<Tl>(p);
-  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * ((p.n + cols - 1) / cols) * p.splits;
+  return static_cast<int64_t>(detail::TileRows<Tl>(p)) * detail::TileColumns<Tl>(p) * p.splits;
 }
 
 namespace detail {
@@ -299,7 +317,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           const uint32_t sa = s_base + stage * Tl::kStageBytes;
           const int k0 = (w.kb_begin + kb) * Tl::kBK;
           tma::mbar_arrive_expect_tx(full, Tl::kStageBytes);
-          tma::load_2d(sa, &map_a, full, k0, w.m0);
+          if constexpr (Tl::kShareA) {
+            // this block's share of a: rows rank * kBM / kCluster .. of the tile, into every block
+            constexpr int kRows = Tl::kBM / kCluster;
+            tma::load_2d_multicast(sa + rank * kRows * 128, &map_a, full, k0, w.m0 + rank * kRows,
+                                   (1u << kCluster) - 1);
+          } else {
+            tma::load_2d(sa, &map_a, full, k0, w.m0);
+          }
           if constexpr (kGated && kCluster > 1) {
             // this block's half of b (rank 0 the gate's rows, 1 the up's), into both blocks
             tma::load_2d_multicast(sa + Tl::kABytes + rank * kCols * 128, &map_b, full, k0,
@@ -307,7 +332,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           } else if constexpr (kGated) {
             tma::load_2d(sa + Tl::kABytes, &map_b, full, k0, w.tn * kCols);
             tma::load_2d(sa + Tl::kABytes + kCols * 128, &map_b, full, k0, p.n + w.tn * kCols);
-          } else if constexpr (kCluster > 1) {
+          } else if constexpr (kCluster > 1 && !Tl::kShareA) {
             // this block's share of b: rows rank * kBN / kCluster .. of the tile, into every block
             constexpr int kRows = kBN / kCluster;
             tma::load_2d_multicast(sa + Tl::kABytes + rank * kRows * 128, &map_b, full, k0,
@@ -871,14 +896,19 @@ cudaError_t LaunchSm90(const Params& p_in, cudaStream_t stream, const DeviceProp
                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   constexpr int kElem = static_cast<int>(sizeof(T));
   CUtensorMap map_a, map_b, map_c;
-  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda, Tl::kBM, Tl::kBK));
+  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda,
+                                     Tl::kShareA ? Tl::kBM / Tl::kCluster : Tl::kBM, Tl::kBK));
   // b's box: the rows one load brings (a gated tile loads its halves apart); a gated b has 2n rows
   XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, kGated ? 2 * p.n : p.n, p.k, p.ldb,
-                                     kGated ? Tl::kBN / 2 : Tl::kBN / Tl::kCluster, Tl::kBK));
+                                     kGated        ? Tl::kBN / 2
+                                     : Tl::kShareA ? Tl::kBN
+                                                   : Tl::kBN / Tl::kCluster,
+                                     Tl::kBK));
   // 16-bit outputs leave by TMA where out's base and pitch allow it (16-byte aligned)
   bool tma_store = false;
   if constexpr (sizeof(Out) == 2) {
-    tma_store = p.splits == 1 && !p.partials_only && is_aligned(p.out, 16) && p.ldc % 8 == 0;
+    tma_store = Tl::kCBytes > 0 && p.splits == 1 && !p.partials_only && is_aligned(p.out, 16) &&
+                p.ldc % 8 == 0;
     if (tma_store) {
       XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_c, p.out,
                                          std::is_same_v<Out, __half>

@@ -30,6 +30,7 @@ struct Sm90PingTile {
   // Clusters of kCluster blocks on vertically adjacent tiles: each loads its own a and
   // 1 / kCluster of the b tile they share, multicast to all
   static constexpr int kCluster = kCluster_;
+  static constexpr bool kShareA = false;
   static constexpr int kBM = 128;  // a group's tile: rows 0 .. 63 and 64 .. 127 (two wgmmas)
   static constexpr int kBK = 128 / static_cast<int>(sizeof(T));
   static constexpr int kThreads = 128 * (1 + kConsumers);
