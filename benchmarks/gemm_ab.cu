@@ -131,6 +131,14 @@ int main() {
   CHECK(cudaMalloc(&ws, wsn * 4));
   CHECK(cudaMemset(ws, 0, wsn * 4));
   const char* set = std::getenv("AB_SET");
+  if (set && std::string(set) == "mid8") {  // e4m3 row-wise at mid-sized m
+    shapes.clear();
+    for (int m : {192, 256, 320, 384, 448, 512, 576}) {
+      shapes.push_back({m, 4096, 4096, Elem::kE4M3, Scale::kRow});
+      shapes.push_back({m, 4096, 14336, Elem::kE4M3, Scale::kRow});
+    }
+    for (int m : {192, 256, 320}) shapes.push_back({m, 8192, 8192, Elem::kE4M3, Scale::kRow});
+  }
   if (set && std::string(set) == "mid") {
     shapes.clear();
     for (int m : {160, 192, 200, 256, 320, 384, 448, 512, 576}) {
@@ -224,6 +232,21 @@ int main() {
                         default:
                           return cudaErrorInvalidValue;
                       }
+                    }});
+    } else if (set && std::string(set) == "mid8") {
+      // the dispatch before the sized swapped tiles: 128 x 256 tiles, PlanSplits' split
+      vs.push_back({"old", [ws, &props](Params q) {
+                      const int sms = props.sm_count;
+                      const int64_t tiles = (int64_t)ceil_div(q.m, 128) * ceil_div(q.n, 256);
+                      q.splits = 1;
+                      if (2 * tiles <= sms) {
+                        q.splits = (int)std::min<int64_t>(
+                            {sms / tiles, std::max<int64_t>(1, ceil_div(q.k, 128) / 4), 64});
+                      }
+                      q.workspace = ws;
+                      q.stream_k =
+                          q.splits == 1 && gemm::StreamKElems(q, gemm::Kernel::kSm90Large, sms) > 0;
+                      return gemm::LaunchSm90<gemm::Sm90Large<F8>, B16>(q, 0, props);
                     }});
     } else if (set && std::string(set) == "pp") {
       if (s.in == Elem::kBF16) {

@@ -654,6 +654,18 @@ def test_gpu_gemm_swap_sized(dtype, n_t, variant):
                     **GEMM_VARIANTS[variant]))
 
 
+# e4m3 on the same tiles (per-tensor and per-row scales follow their operands through the swap;
+# 16-bit outputs): n_t 48, 64, 80, 144 and 160 at k 1008 (a partial k block of 128), every
+# variant (fp32 outputs and block scales take other tiles).
+@gpu
+@pytest.mark.parametrize("variant", list(FP8_VARIANTS))
+@pytest.mark.parametrize("n_t", [48, 64, 80, 144, 160])
+def test_gpu_gemm_fp8_swap_sized(n_t, variant):
+    m, n, _ = SIZED_SHAPES[n_t]
+    check(fp8_case(m, n, 1008, "cuda", seed_of("gpusized8", n_t, variant),
+                   **FP8_VARIANTS[variant]))
+
+
 @gpu
 @pytest.mark.parametrize("m,n,k", [(136, 1032, 1000), (143, 4104, 1000), (521, 4104, 4104)])
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)

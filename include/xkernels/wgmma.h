@@ -116,7 +116,7 @@ XK_DEVICE void fence_operands(float (&d)[kN]) {
       "+f"(d[126]), "+f"(d[127])
 
 // clang-format off
-// n 48, 80, 96, 112, 144 and 160 (16-bit operands: the token side of the swapped tiles, sm90.h), whole lists
+// n 48, 80, 96, 112, 144 and 160 (the token side of the swapped tiles, sm90.h), whole lists
 #define XK_WGMMA_REGS_24 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23"
 #define XK_WGMMA_D_24 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
 #define XK_WGMMA_REGS_40 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39"
@@ -168,16 +168,21 @@ XK_WGMMA_SS(mma_m64n160k16_f16, 80, "m64n160k16.f32.f16.f16", "80", "81", "82", 
 XK_WGMMA_SS(mma_m64n160k16_bf16, 80, "m64n160k16.f32.bf16.bf16", "80", "81", "82", ", 1, 1, 0, 0")
 XK_WGMMA_SS(mma_m64n64k32_e4m3, 32, "m64n64k32.f32.e4m3.e4m3", "32", "33", "34", ", 1, 1")
 XK_WGMMA_SS(mma_m64n128k32_e4m3, 64, "m64n128k32.f32.e4m3.e4m3", "64", "65", "66", ", 1, 1")
+XK_WGMMA_SS(mma_m64n48k32_e4m3, 24, "m64n48k32.f32.e4m3.e4m3", "24", "25", "26", ", 1, 1")
+XK_WGMMA_SS(mma_m64n80k32_e4m3, 40, "m64n80k32.f32.e4m3.e4m3", "40", "41", "42", ", 1, 1")
+XK_WGMMA_SS(mma_m64n96k32_e4m3, 48, "m64n96k32.f32.e4m3.e4m3", "48", "49", "50", ", 1, 1")
+XK_WGMMA_SS(mma_m64n112k32_e4m3, 56, "m64n112k32.f32.e4m3.e4m3", "56", "57", "58", ", 1, 1")
+XK_WGMMA_SS(mma_m64n144k32_e4m3, 72, "m64n144k32.f32.e4m3.e4m3", "72", "73", "74", ", 1, 1")
+XK_WGMMA_SS(mma_m64n160k32_e4m3, 80, "m64n160k32.f32.e4m3.e4m3", "80", "81", "82", ", 1, 1")
 XK_WGMMA_SS(mma_m64n256k32_e4m3, 128, "m64n256k32.f32.e4m3.e4m3", "128", "129", "130", ", 1, 1")
 #undef XK_WGMMA_SS
 
 // d (+)= A B^T over one k step of T (16 values of 16-bit T, 32 of e4m3), N columns.
 template <int kN, typename T>
 XK_DEVICE void mma(float (&d)[kN / 2], uint64_t da, uint64_t db, uint32_t accumulate) {
-  static_assert(kN == 64 || kN == 128 || kN == 256 ||
-                    (sizeof(T) == 2 && (kN == 48 || kN == 80 || kN == 96 || kN == 112 ||
-                                        kN == 144 || kN == 160 || kN == 192)),
-                "n of 64, 128 or 256 (16-bit operands also 48, 80, 96, 112, 144, 160 and 192)");
+  static_assert(kN == 64 || kN == 128 || kN == 256 || kN == 48 || kN == 80 || kN == 96 ||
+                    kN == 112 || kN == 144 || kN == 160 || (kN == 192 && sizeof(T) == 2),
+                "n of 48, 64, 80, 96, 112, 128, 144, 160 or 256 (16-bit operands also 192)");
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if constexpr (kN == 48) mma_m64n48k16_bf16(d, da, db, accumulate);
     if constexpr (kN == 64) mma_m64n64k16_bf16(d, da, db, accumulate);
@@ -202,8 +207,14 @@ XK_DEVICE void mma(float (&d)[kN / 2], uint64_t da, uint64_t db, uint32_t accumu
     if constexpr (kN == 256) mma_m64n256k16_f16(d, da, db, accumulate);
   } else {
     static_assert(std::is_same_v<T, __nv_fp8_e4m3>, "fp16, bf16 or e4m3 operands");
+    if constexpr (kN == 48) mma_m64n48k32_e4m3(d, da, db, accumulate);
     if constexpr (kN == 64) mma_m64n64k32_e4m3(d, da, db, accumulate);
+    if constexpr (kN == 80) mma_m64n80k32_e4m3(d, da, db, accumulate);
+    if constexpr (kN == 96) mma_m64n96k32_e4m3(d, da, db, accumulate);
+    if constexpr (kN == 112) mma_m64n112k32_e4m3(d, da, db, accumulate);
     if constexpr (kN == 128) mma_m64n128k32_e4m3(d, da, db, accumulate);
+    if constexpr (kN == 144) mma_m64n144k32_e4m3(d, da, db, accumulate);
+    if constexpr (kN == 160) mma_m64n160k32_e4m3(d, da, db, accumulate);
     if constexpr (kN == 256) mma_m64n256k32_e4m3(d, da, db, accumulate);
   }
 }

@@ -163,6 +163,9 @@ QUANTIZE = [quantize(m, SQ, g) for m in (SQ, 16) for g in GRANULARITIES]
 MID_M = (192, 256, 320, 384, 512, 576)
 MID_NK = ((4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (8192, 8192))
 MID = [gemm(m, n, k, "bf16") for m in MID_M for n, k in MID_NK]
+# and e4m3 with row-wise scales at three of those m, Llama 3 8B's O and down projections
+MID8 = [gemm(m, n, k, "e4m3", "row") for m in (192, 320, 576) for n, k in ((4096, 4096),
+                                                                           (4096, 14336))]
 # Llama 3 8B's gate and up projections (2 x 14336 x 4096) at prefill and decode batches
 GATED = [gated(m, 14336, 4096) for m in (8192, 4096, 128, 1)]
 QUICK = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "e4m3", "row"),
@@ -179,11 +182,11 @@ HOST_QUICK = [gemm(96, 256, 384, "bf16"), gemm(96, 256, 384, "e4m3", "row"),
 
 def select_cases(quick: bool = False, gpu: bool = True) -> list[Case]:
     """The family's cases: issue 22's table (prefill shapes, decode M = 1, 16, 64, the quantisers)
-    and mid-sized m (192 to 576);
+    and mid-sized m (192 to 576; e4m3 row-wise at 192, 320, 576);
     --quick a case of each kind; the host path a few small shapes."""
     if not gpu:
         return list(HOST_QUICK if quick else HOST)
-    return list(QUICK if quick else [*PREFILL, *DECODE, *MID, *GATED, *QUANTIZE])
+    return list(QUICK if quick else [*PREFILL, *DECODE, *MID, *MID8, *GATED, *QUANTIZE])
 
 
 def scale_shape(granularity: str, rows: int, cols: int) -> tuple[int, ...]:

@@ -86,14 +86,15 @@ using Sm90Slim = Sm90Tile<T, 1, 256, 4, false>;
 // 4096 x 14336 86.3 -> 76.5 (83.5); m 576, 28672 x 4096 246.5 -> 212.6 (235.7).
 template <typename T>
 using Sm90Swap192 = Sm90Tile<T, 2, 192, 5, false, 1, false, true>;
-// 16-bit m of 129-576 whose weights span few 128-row tiles (n 4096: 32): operands swapped as
-// Sm90Swap192, a's rows cut into an even count of tiles of kN (the wgmma's n, 48-160) so that the
-// grid fills the SMs in one round, in clusters of 2 on the same weight rows, each block loading
-// half of that 128-row weight tile for both (the weights' L2 reads halved; SwapSizedN below says
-// where, with what it measured). Without the clusters the same tiles were L2-bound (H100, ncu:
-// 320 x 4096 x 14336 read 830 MB of L2 at 86% of its peak in 85 us, cuBLAS's 128 x 80 tiles in
-// clusters of 2 517 MB in 62 us; in clusters ours ran 78 us), and keeping a second k block of
-// wgmmas in flight ran 10-25% slower in clusters (gemm_ab AB_SET=mid, GPU-43053a31).
+// m of 129-576 whose weights span few 128-row tiles (n 4096: 32; 16-bit, or e4m3 with per-tensor
+// or per-row scales, which swap with their operands): operands swapped as Sm90Swap192, a's rows
+// cut into an even count of tiles of kN (the wgmma's n, 48-160) so that the grid fills the SMs in
+// one round, in clusters of 2 on the same weight rows, each block loading half of that 128-row
+// weight tile for both (the weights' L2 reads halved; SwapSizedN below says where, with what it
+// measured). Without the clusters the same tiles were L2-bound (H100, ncu: 320 x 4096 x 14336 read
+// 830 MB of L2 at 86% of its peak in 85 us, cuBLAS's 128 x 80 tiles in clusters of 2 517 MB in 62
+// us; in clusters ours ran 78 us), and keeping a second k block of wgmmas in flight ran 10-25%
+// slower in clusters (gemm_ab AB_SET=mid, GPU-43053a31).
 constexpr int SwapSizedStages(int n) { return n <= 48 ? 9 : n <= 80 ? 8 : n <= 112 ? 7 : 6; }
 template <typename T, int kN>
 using Sm90SwapSized = Sm90Tile<T, 2, kN, SwapSizedStages(kN), false, 2, false, true, true>;
@@ -124,20 +125,24 @@ enum class Kernel {
 };
 
 // The rows of a per tile of Sm90SwapSized for p on `sms` SMs, or 0 where those tiles are not
-// taken: 16-bit inputs and outputs, not gated, m 129-576 (m <= 256 only with k <= 8192), and an
-// even count t <= 4 of a-tiles per 128 weight rows whose grid keeps at least 90% of the SMs busy
-// in one round of clusters (the smallest n of 48, 64, ..., 160 with t n >= m; at most sms / 2 - 2
-// clusters, which the H100's GPCs hold at once), padding m by at most an eighth. Fitted on the
-// H100 (gemm_ab AB_SET=mid, same process, us, the dispatch before -> these tiles; GPU-546af405 and
-// GPU-45ce7111): t = 4 (n 4096) wins for m 192 and 256-576 (576 x 4096 x 4096 42.1 -> 35.0, 576 x
-// 4096 x 14336 133.8 -> 101.5), t = 2 (n 8192) for m 192-320 (320 x 8192 x 8192 94.7 -> 73.9);
-// they lose where the last tile is a fifth or more empty (160 x 4096 x 4096 20.7 -> 23.2, 200 x
-// 4096 x 14336 55.0 -> 76.8), at m <= 256 with k past 8192, where the split 128 x 192 tiles are
-// better (192 x 4096 x 14336 54.1-57.1 -> 62.9-68.8), at t = 8 (n 2048: 384 / 512 x 2048 x 4096
-// 22.2 / 19.4 -> 22.8 / 20.1), and at t = 2 with 96 tiles (n 6144, 73% of the SMs).
+// taken: 16-bit outputs (of the inputs' type, or of e4m3 without block scales), not gated, m
+// 129-576 (m <= 256 only with k <= 8192), and an even count t <= 4 of a-tiles per 128 weight rows
+// whose grid keeps at least 90% of the SMs busy in one round of clusters (the smallest n of 48,
+// 64, ..., 160 with t n >= m; at most sms / 2 - 2 clusters, which the H100's GPCs hold at once),
+// padding m by at most an eighth. Fitted on the H100 (gemm_ab AB_SET=mid, same process, us, the
+// dispatch before -> these tiles; GPU-546af405 and GPU-45ce7111): t = 4 (n 4096) wins for m 192
+// and 256-576 (576 x 4096 x 4096 42.1 -> 35.0, 576 x 4096 x 14336 133.8 -> 101.5), t = 2 (n 8192)
+// for m 192-320 (320 x 8192 x 8192 94.7 -> 73.9); they lose where the last tile is a fifth or more
+// empty (160 x 4096 x 4096 20.7 -> 23.2, 200 x 4096 x 14336 55.0 -> 76.8), at m <= 256 with k past
+// 8192, where the split 128 x 192 tiles are better (192 x 4096 x 14336 54.1-57.1 -> 62.9-68.8), at
+// t = 8 (n 2048: 384 / 512 x 2048 x 4096 22.2 / 19.4 -> 22.8 / 20.1), and at t = 2 with 96 tiles
+// (n 6144, 73% of the SMs). e4m3 row-wise (AB_SET=mid8, GPU-a51b8d36; 128 x 256 tiles before):
+// 320 x 4096 x 4096 23.9 -> 14.2, 576 x 4096 x 14336 79.0 -> 59.0, 256 x 8192 x 8192 49.6 -> 34.1.
 inline int SwapSizedN(const Params& p, int sms) {
-  if (p.act >= 0 || p.m <= 128 || p.m > 576 || p.in_type == Elem::kE4M3 ||
-      p.out_type != p.in_type || (p.m <= 256 && p.k > 8192)) {
+  const bool e4m3 = p.in_type == Elem::kE4M3;
+  if (p.act >= 0 || p.m <= 128 || p.m > 576 || (p.m <= 256 && p.k > 8192) ||
+      (e4m3 ? p.a_scale_kind == Scale::kBlock || p.out_type == Elem::kF32
+            : p.out_type != p.in_type)) {
     return 0;
   }
   const int64_t w = ceil_div<int64_t>(p.n, 128);  // weight tiles
@@ -238,8 +243,8 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
   if (sm90) {
     if (p.m <= 64) return Kernel::kSm90Small;
     if (p.m <= 128) return Kernel::kSm90Mid;
-    if (p.in_type == Elem::kE4M3) return Kernel::kSm90Large;
-    return SwapSizedN(p, sms) > 0 ? Kernel::kSm90SwapSized : TileGrid(p, sms);
+    if (SwapSizedN(p, sms) > 0) return Kernel::kSm90SwapSized;
+    return p.in_type == Elem::kE4M3 ? Kernel::kSm90Large : TileGrid(p, sms);
   }
   if (p.m <= 16) return Kernel::kSm80Small;
   return p.m <= 64 ? Kernel::kSm80Mid : Kernel::kSm80Large;
@@ -336,10 +341,11 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   return cudaSuccess;
 }
 
-// Runs p on Sm90SwapSized's tiles of SwapSizedN(p) rows of a (16-bit outputs of the inputs' type).
+// Runs p on Sm90SwapSized's tiles of SwapSizedN(p) rows of a (16-bit outputs: the inputs' type,
+// or bf16 / fp16 for e4m3).
 template <typename T, typename Out>
 cudaError_t LaunchSwapSized(const Params& p, cudaStream_t stream, const DeviceProps& props) {
-  if constexpr (std::is_same_v<T, Out>) {
+  if constexpr (sizeof(Out) == 2 && (sizeof(T) == 1 || std::is_same_v<T, Out>)) {
     switch (SwapSizedN(p, props.sm_count)) {
       case 48:
         return LaunchSm90<Sm90SwapSized<T, 48>, Out>(p, stream, props);
@@ -430,6 +436,7 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
     if (p.in_type == Elem::kE4M3) {
       using F8 = __nv_fp8_e4m3;
       const bool block = p.a_scale_kind == Scale::kBlock;
+      if (kernel == Kernel::kSm90SwapSized) return LaunchSwapSized<F8, Out>(p, stream, props);
       if (kernel == Kernel::kSm90Small) {
         return block ? LaunchSm90<Sm90BlockSmall, Out>(p, stream, props)
                      : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);

@@ -23,7 +23,7 @@
 // other half's product runs (a unit with a scale out of that form's range promotes instead).
 //
 // The last row of tiles, where m is not a multiple of kBM, loads its a box at row m - kBM (in
-// bounds) and writes only the rows the tile above does not (Unit). Swapped tiles (kSwap, 16-bit)
+// bounds) and writes only the rows the tile above does not (Unit). Swapped tiles (kSwap)
 // compute out^T = b a^T, the output's columns on the wgmma's m side, and store the transpose.
 // Clusters of 2 share b (vertically adjacent tiles, each block loading half of b for both) or,
 // with kShareA, a (horizontally adjacent tiles: the swapped tiles' weights).
@@ -82,10 +82,11 @@ struct Sm90Tile {
   // kShareA: the cluster's blocks are horizontally adjacent instead (the same rows of the output,
   // consecutive kBN columns), each loading its own b and 1 / kCluster of the a tile they share
   static constexpr bool kShareA = kShareA_ && kCluster_ > 1;
-  // Operands swapped (16-bit, not gated): the tile computes out^T = b a^T, b's rows (the output's
-  // columns) on the wgmma's m side, 64 per consumer group, and a's rows (the output's rows) on its
-  // n side, kBN of them; the epilogue writes the transpose (bias per accumulator row). For m just
-  // under a multiple of kBN (gemm.h, TileGrid), where 128-row tiles would pad a row of tiles.
+  // Operands swapped (not gated, no block scales): the tile computes out^T = b a^T, b's rows (the
+  // output's columns) on the wgmma's m side, 64 per consumer group, and a's rows (the output's
+  // rows) on its n side, kBN of them; the epilogue writes the transpose (bias per accumulator row).
+  // For m just under a multiple of kBN (gemm.h, TileGrid), where 128-row tiles would pad a row of
+  // tiles.
   static constexpr bool kSwap = kSwap_;
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kBK = 128 / static_cast<int>(sizeof(T));  // one 128-byte row
@@ -110,7 +111,7 @@ struct Sm90Tile {
   static_assert(!kShareA || !kBlockScale, "clusters sharing a: plain tiles");
   static_assert(kCBytes == 0 || kCSlots * kConsumers * 8192 <= kCBytes,
                 "a box slot per consumer group");
-  static_assert(!kSwap || (sizeof(T) == 2 && !kBlockScale), "swapped operands: 16-bit");
+  static_assert(!kSwap || !kBlockScale, "swapped operands: no block scales");
 };
 
 namespace detail {
@@ -879,6 +880,8 @@ cudaError_t LaunchSm90(const Params& p_in, cudaStream_t stream, const DeviceProp
   p.sk_units = 0, p.sk_nonce = 0;
   if constexpr (Tl::kSwap) {  // the kernel computes out^T = b a^T (its epilogue transposes)
     std::swap(p.a, p.b), std::swap(p.lda, p.ldb), std::swap(p.m, p.n);
+    // (e4m3 per-tensor and per-row scales follow their operands)
+    std::swap(p.a_scale, p.b_scale), std::swap(p.a_scale_kind, p.b_scale_kind);
   }
   const int64_t units = Sm90Units<Tl>(p);
   if (units > 0x7fffffff || p.splits < 1 || p.splits > 65535) {
