@@ -1072,7 +1072,7 @@ def test_gemm_cases():
 
     full = bg.select_cases()
     labels = [c.label for c in full]
-    assert len(full) == 7 + 12 + 30 + 4 + 8 and len(set(labels)) == len(full)
+    assert len(full) == 7 + 12 + 30 + 6 + 4 + 8 and len(set(labels)) == len(full)
     for name in ("bfloat16 mm 8192x8192x8192", "float16 mm 8192x8192x8192",  # anchors.md's names
                  "float16 mm 4096x4096x4096", "float16 mm 16384x8192x2048",
                  "fp8e4m3 mm 8192x8192x8192 per-tensor", "fp8e4m3 mm 8192x8192x8192 rowwise",
@@ -1084,9 +1084,10 @@ def test_gemm_cases():
         (m, 8192, k, dt, sc) for m in (1, 16, 64) for k in (8192, 28672)
         for dt, sc in (("bf16", None), ("e4m3", "row"))}
     mid = [c for c in full if c.kind == "gemm" and 128 < c.m < 1024]
-    assert {(c.m, c.n, c.k, c.dtype) for c in mid} == {
-        (m, n, k, "bf16") for m in (192, 256, 320, 384, 512, 576)
-        for n, k in ((4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (8192, 8192))}
+    assert {(c.m, c.n, c.k, c.dtype, c.scaling) for c in mid} == {
+        (m, n, k, "bf16", None) for m in (192, 256, 320, 384, 512, 576)
+        for n, k in ((4096, 4096), (6144, 4096), (4096, 14336), (28672, 4096), (8192, 8192))} | {
+        (m, 4096, k, "e4m3", "row") for m in (192, 320, 576) for k in (4096, 14336)}
     quant = [c for c in full if c.kind == "quantize"]
     assert {(c.m, c.k, c.scaling) for c in quant} == {
         (m, 8192, g) for m in (8192, 16) for g in bg.GRANULARITIES}
