@@ -5,8 +5,8 @@
 // GEMM kernel versions). Variants: "dp" whole tiles only (no workspace), "sk" as dispatched, then
 // tile variants called directly; each variant's output (NaN-poisoned before) against the
 // first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only;
-// AB_SET=pp: the shapes without gating or block scales against the ping-pong tiles
-// (sm90_pingpong.h; "pp" single blocks, "pp2" clusters of 2).
+// AB_SET=mid / mid8: bf16 / e4m3 row-wise at mid-sized m against the dispatch before the sized
+// swapped tiles ("old") and cuBLAS (bf16); AB_ONLY=m,n,k: that shape only.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -24,7 +24,6 @@
 
 #include "probe.h"
 #include "xkernels/gemm/gemm.h"
-#include "xkernels/gemm/sm90_pingpong.h"
 using namespace xkernels;
 using gemm::Elem;
 using gemm::Params;
@@ -89,12 +88,6 @@ struct Cublas {
     return r == 0 ? cudaSuccess : cudaErrorUnknown;
   }
 };
-// A ping-pong tile (sm90_pingpong.h) called directly, bf16 out.
-template <class Tl>
-L Ping(const DeviceProps& props) {
-  return
-      [&props](Params q) { return gemm::detail::LaunchSm90Ping<Tl, __nv_bfloat16>(q, 0, props); };
-}
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
@@ -156,7 +149,6 @@ int main() {
       continue;
     }
     if (set && std::string(set) == "fp8" && s.in != Elem::kE4M3) continue;
-    if (set && std::string(set) == "pp" && (s.act >= 0 || s.sc == Scale::kBlock)) continue;
     const int eb = s.in == Elem::kE4M3 ? 1 : 2;
     uint8_t *a, *b;
     void* out;
@@ -248,13 +240,6 @@ int main() {
                           q.splits == 1 && gemm::StreamKElems(q, gemm::Kernel::kSm90Large, sms) > 0;
                       return gemm::LaunchSm90<gemm::Sm90Large<F8>, B16>(q, 0, props);
                     }});
-    } else if (set && std::string(set) == "pp") {
-      if (s.in == Elem::kBF16) {
-        vs.push_back({"pp2", Ping<gemm::Sm90PingTile<B16, 128, 6, 2>>(props)});
-      } else {
-        vs.push_back({"pp", Ping<gemm::Sm90PingTile<F8, 128, 6>>(props)});
-        vs.push_back({"pp2", Ping<gemm::Sm90PingTile<F8, 128, 6, 2>>(props)});
-      }
     } else if (s.act >= 0) {
     } else if (s.in == Elem::kBF16) {
       vs.push_back({"sk+ord", Direct<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>>(ws, props)});
