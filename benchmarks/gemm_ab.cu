@@ -6,7 +6,8 @@
 // tile variants called directly; each variant's output (NaN-poisoned before) against the
 // first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only;
 // AB_SET=mid / mid8: bf16 / e4m3 row-wise at mid-sized m against the dispatch before the sized
-// swapped tiles ("old") and cuBLAS (bf16); AB_ONLY=m,n,k: that shape only.
+// swapped tiles ("old") and cuBLAS (bf16); mid2: n of 24-56 weight tiles, where SwapSizedN does
+// not take the sized tiles, with them forced ("swN"); AB_ONLY=m,n,k: that shape only.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -132,6 +133,12 @@ int main() {
     }
     for (int m : {192, 256, 320}) shapes.push_back({m, 8192, 8192, Elem::kE4M3, Scale::kRow});
   }
+  if (set && std::string(set) == "mid2") {  // weights of 24-56 tiles: the sized tiles forced
+    shapes.clear();
+    for (int n : {3072, 3584, 5120, 7168}) {
+      for (int m : {256, 320, 384, 512}) shapes.push_back({m, n, 4096, Elem::kBF16, Scale::kNone});
+    }
+  }
   if (set && std::string(set) == "mid") {
     shapes.clear();
     for (int m : {160, 192, 200, 256, 320, 384, 448, 512, 576}) {
@@ -193,7 +200,48 @@ int main() {
                     q.workspace = ws;
                     return gemm::Gemm(q, 0);
                   }});
-    if (set && std::string(set) == "mid") {
+    if (set && std::string(set) == "mid2") {
+      const int64_t w = ceil_div(s.n, 128);
+      int64_t t = std::min<int64_t>(4, props.sm_count / w);
+      t -= t % 2;
+      int nt = 0;
+      for (const int c : {48, 64, 80, 96, 112, 128, 144, 160}) {
+        if (c * t >= s.m) {
+          nt = c;
+          break;
+        }
+      }
+      auto forced = [&](auto n) {
+        constexpr int kN = decltype(n)::value;
+        vs.push_back({"sw" + std::to_string(kN), [&props](Params q) {  // as the dispatch runs it
+                        return gemm::LaunchSm90<gemm::Sm90SwapSized<B16, kN>, B16>(q, 0, props);
+                      }});
+      };
+      using std::integral_constant;
+      switch (nt) {
+        case 64:
+          forced(integral_constant<int, 64>{});
+          break;
+        case 80:
+          forced(integral_constant<int, 80>{});
+          break;
+        case 96:
+          forced(integral_constant<int, 96>{});
+          break;
+        case 128:
+          forced(integral_constant<int, 128>{});
+          break;
+        case 144:
+          forced(integral_constant<int, 144>{});
+          break;
+        case 160:
+          forced(integral_constant<int, 160>{});
+          break;
+        default:
+          break;
+      }
+    }
+    if (set && (std::string(set) == "mid" || std::string(set) == "mid2")) {
       static Cublas cublas;
       if (cublas.gemm != nullptr) vs.push_back({"cublas", [](Params q) { return cublas(q); }});
       // the dispatch before the sized swapped tiles: TileGrid's tile and PlanSplits' split
