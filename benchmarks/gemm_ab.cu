@@ -211,34 +211,10 @@ int main() {
           break;
         }
       }
-      auto forced = [&](auto n) {
-        constexpr int kN = decltype(n)::value;
-        vs.push_back({"sw" + std::to_string(kN), [&props](Params q) {  // as the dispatch runs it
-                        return gemm::LaunchSm90<gemm::Sm90SwapSized<B16, kN>, B16>(q, 0, props);
+      if (nt > 0) {
+        vs.push_back({"sw" + std::to_string(nt), [nt, &props](Params q) {  // as dispatched
+                        return gemm::LaunchSwapSizedN<B16, B16>(nt, q, 0, props);
                       }});
-      };
-      using std::integral_constant;
-      switch (nt) {
-        case 64:
-          forced(integral_constant<int, 64>{});
-          break;
-        case 80:
-          forced(integral_constant<int, 80>{});
-          break;
-        case 96:
-          forced(integral_constant<int, 96>{});
-          break;
-        case 128:
-          forced(integral_constant<int, 128>{});
-          break;
-        case 144:
-          forced(integral_constant<int, 144>{});
-          break;
-        case 160:
-          forced(integral_constant<int, 160>{});
-          break;
-        default:
-          break;
       }
     }
     if (set && (std::string(set) == "mid" || std::string(set) == "mid2")) {

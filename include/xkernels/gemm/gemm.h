@@ -12,8 +12,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "xkernels/common.h"
 #include "xkernels/gemm/epilogue.h"
@@ -96,6 +98,13 @@ using Sm90Swap192 = Sm90Tile<T, 2, 192, 5, false, 1, false, true>;
 // us; in clusters ours ran 78 us), and keeping a second k block of wgmmas in flight ran 10-25%
 // slower in clusters (gemm_ab AB_SET=mid, GPU-43053a31).
 constexpr int SwapSizedStages(int n) { return n <= 48 ? 9 : n <= 80 ? 8 : n <= 112 ? 7 : 6; }
+// The a-tile rows Sm90SwapSized is built for, smallest first (SwapSizedN takes the first that
+// covers m; LaunchSwapSizedN instantiates each).
+using SwapSizes = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160>;
+template <int... kN>
+constexpr std::array<int, sizeof...(kN)> SizeList(std::integer_sequence<int, kN...>) {
+  return {kN...};
+}
 template <typename T, int kN>
 using Sm90SwapSized = Sm90Tile<T, 2, kN, SwapSizedStages(kN), false, 2, false, true, true>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
@@ -149,7 +158,7 @@ inline int SwapSizedN(const Params& p, int sms) {
   int64_t t = std::min<int64_t>(4, sms / w);
   t -= t % 2;
   if (t < 2) return 0;
-  for (const int n : {48, 64, 80, 96, 112, 128, 144, 160}) {
+  for (const int n : SizeList(SwapSizes{})) {
     if (n * t < p.m) continue;
     const int64_t tiles = ceil_div<int64_t>(p.m, n);  // a-tiles holding rows
     const bool busy = w * tiles * 10 >= int64_t{sms} * 9, full = int64_t{p.m} * 9 >= tiles * n * 8;
@@ -341,33 +350,27 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   return cudaSuccess;
 }
 
-// Runs p on Sm90SwapSized's tiles of SwapSizedN(p) rows of a (16-bit outputs: the inputs' type,
-// or bf16 / fp16 for e4m3).
+// Runs p on Sm90SwapSized's tiles of n rows of a (one of SwapSizes; 16-bit outputs: the inputs'
+// type, or bf16 / fp16 for e4m3), else cudaErrorInvalidValue.
+template <typename T, typename Out, int... kN>
+cudaError_t LaunchSwapSizedOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
+                              std::integer_sequence<int, kN...>) {
+  cudaError_t r = cudaErrorInvalidValue;
+  if constexpr (sizeof(Out) == 2 && (sizeof(T) == 1 || std::is_same_v<T, Out>)) {
+    (void)((n == kN && ((r = LaunchSm90<Sm90SwapSized<T, kN>, Out>(p, stream, props)), true)) ||
+           ...);
+  }
+  return r;
+}
+template <typename T, typename Out>
+cudaError_t LaunchSwapSizedN(int n, const Params& p, cudaStream_t stream,
+                             const DeviceProps& props) {
+  return LaunchSwapSizedOf<T, Out>(n, p, stream, props, SwapSizes{});
+}
+// The tiles SwapSizedN(p) gives (Choose takes them only where it gives a size).
 template <typename T, typename Out>
 cudaError_t LaunchSwapSized(const Params& p, cudaStream_t stream, const DeviceProps& props) {
-  if constexpr (sizeof(Out) == 2 && (sizeof(T) == 1 || std::is_same_v<T, Out>)) {
-    switch (SwapSizedN(p, props.sm_count)) {
-      case 48:
-        return LaunchSm90<Sm90SwapSized<T, 48>, Out>(p, stream, props);
-      case 64:
-        return LaunchSm90<Sm90SwapSized<T, 64>, Out>(p, stream, props);
-      case 80:
-        return LaunchSm90<Sm90SwapSized<T, 80>, Out>(p, stream, props);
-      case 96:
-        return LaunchSm90<Sm90SwapSized<T, 96>, Out>(p, stream, props);
-      case 112:
-        return LaunchSm90<Sm90SwapSized<T, 112>, Out>(p, stream, props);
-      case 128:
-        return LaunchSm90<Sm90SwapSized<T, 128>, Out>(p, stream, props);
-      case 144:
-        return LaunchSm90<Sm90SwapSized<T, 144>, Out>(p, stream, props);
-      case 160:
-        return LaunchSm90<Sm90SwapSized<T, 160>, Out>(p, stream, props);
-      default:
-        break;
-    }
-  }
-  return cudaErrorInvalidValue;  // (Choose takes these tiles only where SwapSizedN gives a size)
+  return LaunchSwapSizedN<T, Out>(SwapSizedN(p, props.sm_count), p, stream, props);
 }
 
 inline bool IsSm80(Kernel k) {
