@@ -1,8 +1,10 @@
 // A standalone check-and-time probe of the attention prefill kernels (include/xkernels/attention/),
 // with no Python: each sm90 kernel version against the cp.async kernel's output on the benchmark
 // shapes and short batches, then us and TFLOP/s (CUDA graphs of 20 calls, the median of 16 replays
-// taken in 8 rounds over the versions, each round in another order: where a version runs in a
-// round moves its time by up to 5-7% at s 8192). For kernel work on the device, before the tests:
+// taken in 8 rounds over the versions, each round in another shuffled order: a version run right
+// after a slower one, such as the cp.async kernel, runs up to 11% faster at s 8192 than the same
+// kernel elsewhere in the round, so a fixed rotation biased the version after it). For kernel work
+// on the device, before the tests:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/attention_probe.cu -o /tmp/attention_probe && /tmp/attention_probe
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 #include "probe.h"
@@ -57,25 +60,24 @@ int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
   using attention::Sm90AttnTile, attention::Sm90PrefillTile, attention::Sm90Grid;
+  using D128V2 = Sm90AttnTile<128, 3, true>;  // v2, dispatched before v4
+  using D128Keys176 = Sm90AttnTile<128, 2, true, 176, true, true>;
   const Version versions[] = {
       {"sm80 (cp.async)", Sm80, Sm80},
-      {"sm90 v1 (2 / 4 stages)", Sm90<Sm90AttnTile<128, 2, false>>,
-       Sm90<Sm90AttnTile<64, 4, false>>},
-      {"sm90 v2 overlap (3 / 6 stages)", Sm90<Sm90AttnTile<128, 3, true>>,
-       Sm90<Sm90AttnTile<64, 6, true>>},
-      {"sm90 v2 / v1 block per tile", Sm90<Sm90PrefillTile<128>>, Sm90<Sm90PrefillTile<64>>},
-      {"sm90 v3 persistent", Sm90<Sm90PrefillTile<128>, Sm90Grid::kPersistent>,
-       Sm90<Sm90PrefillTile<64>, Sm90Grid::kPersistent>},
-      {"sm90 as dispatched", Sm90<Sm90PrefillTile<128>, Sm90Grid::kAuto>,
+      {"sm90 v2 (3 stages)", Sm90<D128V2, Sm90Grid::kAuto>,
+       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
+      {"sm90 as dispatched (v4)", Sm90<Sm90PrefillTile<128>, Sm90Grid::kAuto>,
+       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
+      {"v4, 176 keys", Sm90<D128Keys176, Sm90Grid::kAuto>,
        Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
   };
   constexpr int kVersions = sizeof(versions) / sizeof(versions[0]);
   struct Shape {
     int b, s, hq, hkv, d;
   };
-  const Shape shapes[] = {{1, 8192, 32, 32, 128}, {1, 4096, 32, 8, 128}, {1, 8192, 16, 16, 64},
-                          {8, 1024, 32, 8, 128},  {4, 1024, 32, 8, 128}, {16, 1024, 32, 8, 128},
-                          {8, 1024, 32, 32, 128}, {8, 1024, 32, 8, 64}};
+  const Shape shapes[] = {{1, 8192, 32, 32, 128}, {1, 4096, 32, 8, 128},  {1, 8192, 16, 16, 64},
+                          {8, 1024, 32, 8, 128},  {16, 1024, 32, 8, 128}, {8, 1024, 32, 32, 128},
+                          {1, 16384, 32, 8, 128}, {2, 2048, 32, 8, 128},  {8, 1024, 32, 8, 64}};
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   float* diff;
@@ -130,9 +132,15 @@ int main() {
         CHECK(cudaGraphLaunch(graphs[vi], stream));  // warm-up
       }
       std::vector<float> us[kVersions];
-      for (int round = 0; round < 8; ++round) {  // versions interleaved: clocks drift alike
+      std::vector<int> order(kVersions);
+      std::mt19937 rng(12345);
+      for (int n = 0; n < kVersions; ++n) order[n] = n;
+      for (int round = 0; round < 8; ++round) {    // versions interleaved: clocks drift alike
+        for (int n = kVersions - 1; n > 0; --n) {  // shuffled: no version always follows another
+          std::swap(order[n], order[rng() % (n + 1)]);
+        }
         for (int n = 0; n < kVersions; ++n) {
-          const int vi = (n + round) % kVersions;  // each version first in some round
+          const int vi = order[n];
           for (int r = 0; r < 2; ++r) {
             CHECK(cudaEventRecord(e0, stream));
             CHECK(cudaGraphLaunch(graphs[vi], stream));

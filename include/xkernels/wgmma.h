@@ -116,7 +116,8 @@ XK_DEVICE void fence_operands(float (&d)[kN]) {
       "+f"(d[126]), "+f"(d[127])
 
 // clang-format off
-// n 48, 80, 96, 112, 144 and 160 (the token side of the swapped tiles, sm90.h), whole lists
+// n 48, 80, 96, 112, 144 and 160 (the token side of the swapped tiles, gemm/sm90.h) and 176 (the
+// key tiles of attention/sm90.h), whole lists
 #define XK_WGMMA_REGS_24 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23"
 #define XK_WGMMA_D_24 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
 #define XK_WGMMA_REGS_40 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39"
@@ -129,6 +130,8 @@ XK_DEVICE void fence_operands(float (&d)[kN]) {
 #define XK_WGMMA_D_72 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
 #define XK_WGMMA_REGS_80 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
 #define XK_WGMMA_D_80 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+#define XK_WGMMA_REGS_88 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
+#define XK_WGMMA_D_88 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
 // clang-format on
 
 // d (+)= A * B^T over one k step, A and B K-major shared-memory descriptors; accumulate = 0
@@ -166,6 +169,8 @@ XK_WGMMA_SS(mma_m64n112k16_f16, 56, "m64n112k16.f32.f16.f16", "56", "57", "58", 
 XK_WGMMA_SS(mma_m64n112k16_bf16, 56, "m64n112k16.f32.bf16.bf16", "56", "57", "58", ", 1, 1, 0, 0")
 XK_WGMMA_SS(mma_m64n160k16_f16, 80, "m64n160k16.f32.f16.f16", "80", "81", "82", ", 1, 1, 0, 0")
 XK_WGMMA_SS(mma_m64n160k16_bf16, 80, "m64n160k16.f32.bf16.bf16", "80", "81", "82", ", 1, 1, 0, 0")
+XK_WGMMA_SS(mma_m64n176k16_f16, 88, "m64n176k16.f32.f16.f16", "88", "89", "90", ", 1, 1, 0, 0")
+XK_WGMMA_SS(mma_m64n176k16_bf16, 88, "m64n176k16.f32.bf16.bf16", "88", "89", "90", ", 1, 1, 0, 0")
 XK_WGMMA_SS(mma_m64n64k32_e4m3, 32, "m64n64k32.f32.e4m3.e4m3", "32", "33", "34", ", 1, 1")
 XK_WGMMA_SS(mma_m64n128k32_e4m3, 64, "m64n128k32.f32.e4m3.e4m3", "64", "65", "66", ", 1, 1")
 XK_WGMMA_SS(mma_m64n48k32_e4m3, 24, "m64n48k32.f32.e4m3.e4m3", "24", "25", "26", ", 1, 1")
@@ -174,6 +179,7 @@ XK_WGMMA_SS(mma_m64n96k32_e4m3, 48, "m64n96k32.f32.e4m3.e4m3", "48", "49", "50",
 XK_WGMMA_SS(mma_m64n112k32_e4m3, 56, "m64n112k32.f32.e4m3.e4m3", "56", "57", "58", ", 1, 1")
 XK_WGMMA_SS(mma_m64n144k32_e4m3, 72, "m64n144k32.f32.e4m3.e4m3", "72", "73", "74", ", 1, 1")
 XK_WGMMA_SS(mma_m64n160k32_e4m3, 80, "m64n160k32.f32.e4m3.e4m3", "80", "81", "82", ", 1, 1")
+XK_WGMMA_SS(mma_m64n192k32_e4m3, 96, "m64n192k32.f32.e4m3.e4m3", "96", "97", "98", ", 1, 1")
 XK_WGMMA_SS(mma_m64n256k32_e4m3, 128, "m64n256k32.f32.e4m3.e4m3", "128", "129", "130", ", 1, 1")
 #undef XK_WGMMA_SS
 
@@ -181,8 +187,9 @@ XK_WGMMA_SS(mma_m64n256k32_e4m3, 128, "m64n256k32.f32.e4m3.e4m3", "128", "129", 
 template <int kN, typename T>
 XK_DEVICE void mma(float (&d)[kN / 2], uint64_t da, uint64_t db, uint32_t accumulate) {
   static_assert(kN == 64 || kN == 128 || kN == 256 || kN == 48 || kN == 80 || kN == 96 ||
-                    kN == 112 || kN == 144 || kN == 160 || (kN == 192 && sizeof(T) == 2),
-                "n of 48, 64, 80, 96, 112, 128, 144, 160 or 256 (16-bit operands also 192)");
+                    kN == 112 || kN == 144 || kN == 160 || kN == 192 ||
+                    (kN == 176 && sizeof(T) == 2),
+                "n of 48, 64, 80, 96, 112, 128, 144, 160, 192 or 256 (16-bit operands also 176)");
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if constexpr (kN == 48) mma_m64n48k16_bf16(d, da, db, accumulate);
     if constexpr (kN == 64) mma_m64n64k16_bf16(d, da, db, accumulate);
@@ -192,6 +199,7 @@ XK_DEVICE void mma(float (&d)[kN / 2], uint64_t da, uint64_t db, uint32_t accumu
     if constexpr (kN == 112) mma_m64n112k16_bf16(d, da, db, accumulate);
     if constexpr (kN == 144) mma_m64n144k16_bf16(d, da, db, accumulate);
     if constexpr (kN == 160) mma_m64n160k16_bf16(d, da, db, accumulate);
+    if constexpr (kN == 176) mma_m64n176k16_bf16(d, da, db, accumulate);
     if constexpr (kN == 192) mma_m64n192k16_bf16(d, da, db, accumulate);
     if constexpr (kN == 256) mma_m64n256k16_bf16(d, da, db, accumulate);
   } else if constexpr (std::is_same_v<T, __half>) {
@@ -203,6 +211,7 @@ XK_DEVICE void mma(float (&d)[kN / 2], uint64_t da, uint64_t db, uint32_t accumu
     if constexpr (kN == 112) mma_m64n112k16_f16(d, da, db, accumulate);
     if constexpr (kN == 144) mma_m64n144k16_f16(d, da, db, accumulate);
     if constexpr (kN == 160) mma_m64n160k16_f16(d, da, db, accumulate);
+    if constexpr (kN == 176) mma_m64n176k16_f16(d, da, db, accumulate);
     if constexpr (kN == 192) mma_m64n192k16_f16(d, da, db, accumulate);
     if constexpr (kN == 256) mma_m64n256k16_f16(d, da, db, accumulate);
   } else {
@@ -215,6 +224,7 @@ XK_DEVICE void mma(float (&d)[kN / 2], uint64_t da, uint64_t db, uint32_t accumu
     if constexpr (kN == 128) mma_m64n128k32_e4m3(d, da, db, accumulate);
     if constexpr (kN == 144) mma_m64n144k32_e4m3(d, da, db, accumulate);
     if constexpr (kN == 160) mma_m64n160k32_e4m3(d, da, db, accumulate);
+    if constexpr (kN == 192) mma_m64n192k32_e4m3(d, da, db, accumulate);
     if constexpr (kN == 256) mma_m64n256k32_e4m3(d, da, db, accumulate);
   }
 }

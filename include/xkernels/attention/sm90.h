@@ -16,6 +16,10 @@
 //   wgmma; O (64 x head_dim) += P V over 128 / 16 wgmmas with V read N-major (transposed) from its
 //   swizzled tile; the stage released to the producer.
 // - Causal and windowed tiles past the diagonal or before the window are skipped, not masked.
+// - v4 (kSched, kEarlyK): the two consumer groups take turns to issue each step's S = Q K^T and
+//   P V (named barriers, FlashAttention-3's warp scheduler barrier), so that one group's softmax
+//   runs under the other's products; K has an empty barrier of its own, given back once S is done,
+//   so that two stages keep the overlapped loop fed.
 // - v3, persistent (Sm90Grid says when): a dense batch's (query tile, request, head) work items on
 //   one block per SM, longest first (every request's last tiles, which under a causal mask see the
 //   most keys, before the tiles ahead of them), in rounds of one item per block taken in zigzag
@@ -47,24 +51,38 @@
 
 namespace xkernels::attention {
 
-template <int kHeadDim_, int kStages_, bool kOverlap_>
+template <int kHeadDim_, int kStages_, bool kOverlap_, int kKeys_ = 128, bool kSched_ = false,
+          bool kEarlyK_ = false>
 struct Sm90AttnTile {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
   // v2: the next tile's S = Q K^T and this tile's P V in flight together (see the kernel)
   static constexpr bool kOverlap = kOverlap_;
-  static constexpr int kRows = 128;                  // query tokens of a block: 64 per consumer
-  static constexpr int kKeys = 128;                  // keys per stage
-  static constexpr int kThreads = 384;               // producer + two consumer warpgroups
+  // v4: the two consumer groups issue each step's products in turn (named barriers), so that one
+  // group's softmax runs under the other's products (v2's loop only)
+  static constexpr bool kSched = kSched_ && kOverlap_;
+  // v4: a stage's K is given back once its S = Q K^T is done and its V once P V is, on barriers
+  // of their own, so that two stages keep v2's loop fed
+  static constexpr bool kEarlyK = kEarlyK_;
+  static constexpr int kRows = 128;     // query tokens of a block: 64 per consumer
+  static constexpr int kKeys = kKeys_;  // keys per stage
+  static constexpr int kThreads = 384;  // producer + two consumer warpgroups
+  // registers per thread of the producer and of the consumers after setmaxnreg (ptxas allocates
+  // the consumers' code up to it): 176-key tiles hold 88 floats of S, 64 of O and 44 words of P
+  static constexpr int kProducerRegs = kKeys_ == 176 ? 24 : 40;
+  static constexpr int kConsumerRegs = kKeys_ == 176 ? 240 : 232;
   static constexpr int kChunks = kHeadDim / 64;      // 128-byte column chunks of a row
   static constexpr int kQChunkBytes = kRows * 128;   // (kRows, 64) of Q
   static constexpr int kKvChunkBytes = kKeys * 128;  // (kKeys, 64) of K or V
   static constexpr int kQBytes = kChunks * kQChunkBytes;
   static constexpr int kKvBytes = kChunks * kKvChunkBytes;  // K (or V) of one stage
-  // barriers: Q full, K full x kStages, V full x kStages, empty x kStages, Q empty (persistent)
-  static constexpr int kBarBytes = 8 * (2 + 3 * kStages);
+  // barriers: Q full, K full x kStages, V full x kStages, empty (K's with kEarlyK) x kStages,
+  // Q empty (persistent), V empty x kStages (kEarlyK)
+  static constexpr int kBarBytes = 8 * (2 + (kEarlyK ? 4 : 3) * kStages);
   // slack to align to 1024 (the swizzle's period), Q, the stages, the barriers
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kBarBytes;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+  static_assert(kKeys == 128 || (kKeys == 176 && kHeadDim == 128),
+                "128 keys per stage, or 176 at head_dim 128");
 };
 
 // The versions the dispatcher takes, measured on an H100 (bf16, benchmarks/attention_probe.cu,
@@ -72,10 +90,15 @@ struct Sm90AttnTile {
 // 64): v1, 2 stages (4 at d 64): 580 / 565 | 496 / 483 | 432 / 416; v2, 2 stages: 450 / 446 |
 // 477 / 447 | 394 / 379; v2, 3 stages (6 at d 64): 586 / 573 | 595 / 530 | 392 / 378. v2 needs
 // the third stage (tile j + 1's K is read while tile j's V still is); at head_dim 64 the
-// softmax is as long as the two products and the overlap does not pay.
+// softmax is as long as the two products and the overlap does not pay. v4 (head_dim 128): v2's
+// loop with the groups' products issued in turn and K given back on its own barrier, in 2
+// stages: 1-7% faster than v2 on the batches and long sequences of the probe (benchmarks/README.md,
+// sm90 versions); with the turns at head_dim 64, 2-5% slower. 176 keys per stage (v4 otherwise,
+// FlashAttention-3's non-causal tile) gained only past 8192 keys and lost on short requests, so
+// the dispatcher keeps 128.
 template <int D>
-using Sm90PrefillTile =
-    std::conditional_t<D == 64, Sm90AttnTile<64, 4, false>, Sm90AttnTile<128, 3, true>>;
+using Sm90PrefillTile = std::conditional_t<D == 64, Sm90AttnTile<64, 4, false>,
+                                           Sm90AttnTile<128, 2, true, 128, true, true>>;
 
 namespace detail {
 
@@ -167,6 +190,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   auto bar_empty = [&](int st) { return bar_q + 8 * (1 + 2 * kStages + st); };
 
   const uint32_t bar_q_empty = bar_q + 8 * (1 + 3 * kStages);  // persistent: Q free again
+  auto bar_empty_v = [&](int st) { return bar_q + 8 * (2 + 3 * kStages + st); };  // kEarlyK
 
   const int h = static_cast<int>(blockIdx.x);  // query head (not persistent: the block's)
   const int group = p.num_qo_heads / p.num_kv_heads;
@@ -182,6 +206,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       tma::mbar_init(bar_k(s), 1);  // the producer's expect_tx
       tma::mbar_init(bar_v(s), 1);
       tma::mbar_init(bar_empty(s), 8);  // one arrival per consumer warp
+      if constexpr (Tl::kEarlyK) tma::mbar_init(bar_empty_v(s), 8);
     }
     if constexpr (kPersistent) tma::mbar_init(bar_q_empty, 8);  // likewise, after an item's last S
     tma::mbar_fence_init();
@@ -208,7 +233,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   const bool ragged_kv = p.kv_mode == KvMode::kRagged;
 
   if (wg == 0) {  // ---- producer
-    wgmma::setmaxnreg_dec<40>();
+    wgmma::setmaxnreg_dec<Tl::kProducerRegs>();
     if (threadIdx.x == 0) {
       int st = 0;
       uint32_t phase = 0;
@@ -231,6 +256,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
             tma::load_4d(s_k(st) + c * Tl::kKvChunkBytes, &map_k, bar_k(st), 64 * c, kv_h, tok,
                          w.kv_b);
           }
+          if constexpr (Tl::kEarlyK) tma::mbar_wait(bar_empty_v(st), phase ^ 1);
           tma::mbar_arrive_expect_tx(bar_v(st), Tl::kKvBytes);
 #pragma unroll
           for (int c = 0; c < kChunks; ++c) {
@@ -257,7 +283,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   }
 
   // ---- consumers: warpgroup cw owns rows 64 cw .. 64 cw + 63 of the tile
-  wgmma::setmaxnreg_inc<232>();
+  wgmma::setmaxnreg_inc<Tl::kConsumerRegs>();
   const int cw = wg - 1;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
@@ -388,12 +414,19 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     }
     wgmma::commit();
   };
+  // kEarlyK: stage st's K given back to the producer (its S = Q K^T done)
+  auto release_k = [&](int st) {
+    if constexpr (Tl::kEarlyK) {
+      if (lane == 0) tma::mbar_arrive(bar_empty(st));
+    }
+  };
   // S of tile j (stage st) once its K has landed, computed and waited for
   auto compute_s = [&](float (&s)[kKeys / 2], int st, uint32_t phase) {
     tma::mbar_wait(bar_k(st), phase);
     issue_s(s, st);
     wgmma::wait<0>();
     wgmma::fence_operands(s);
+    release_k(st);
   };
   // Waits for every wgmma of this group (the last P V of stage st among them) and gives the stage
   // back to the producer.
@@ -402,8 +435,21 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     wgmma::fence_operands(o);
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::fence_operands(pa[ks]);
-    if (lane == 0) tma::mbar_arrive(bar_empty(st));
+    if (lane == 0) tma::mbar_arrive(Tl::kEarlyK ? bar_empty_v(st) : bar_empty(st));
   };
+  // kSched: group cw's turn to issue (named barrier kBarSched0 + cw), and the hand-over to the
+  // other group after; group 0 is let through its first turn at the start, and the last
+  // hand-over of the kernel is left unmet (as FlashAttention-3's warp scheduler barrier leaves it)
+  constexpr uint32_t kBarSched0 = 2;
+  auto take_turn = [&] {
+    if constexpr (Tl::kSched) tma::named_sync(kBarSched0 + cw, 256);
+  };
+  auto pass_turn = [&] {
+    if constexpr (Tl::kSched) tma::named_arrive(kBarSched0 + (1 - cw), 256);
+  };
+  if constexpr (Tl::kSched) {
+    if (cw == 0) tma::named_arrive(kBarSched0, 256);
+  }
 
   // Q given back to the producer (for the next item) once the item's last S is done
   auto release_q = [&](bool last) {
@@ -466,19 +512,23 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
         float s[kKeys / 2];
         ready_v(j, st, phase);
         tma::mbar_wait(bar_k(st1), phase1);
+        take_turn();
         issue_s(s, st1);
-        if (moved) rescale(alpha);  // tile j's, before its P V
+        if (!Tl::kSched && moved) rescale(alpha);  // tile j's, before its P V
         issue_pv(pa, st);
+        pass_turn();
         wgmma::wait<1>();  // S of tile j + 1 done; P V j may still run
         wgmma::fence_operands(s);
+        release_k(st1);
         release_q(j + 2 == j_end);
         moved = softmax(s, j + 1, alpha);
         finish_pv(pa, st);
         to_a(s, pa);
+        if (Tl::kSched && moved) rescale(alpha);  // tile j + 1's, outside the turn
         st = st1, phase = phase1;
       }
       ready_v(j_end - 1, st, phase);  // the last tile's P V
-      if (moved) rescale(alpha);
+      if (!Tl::kSched && moved) rescale(alpha);
       issue_pv(pa, st);
       finish_pv(pa, st);
       if constexpr (kPersistent) {  // the next item's first tile: the next stage
