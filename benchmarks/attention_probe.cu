@@ -70,6 +70,9 @@ int main() {
        Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
       {"v4, 176 keys", Sm90<D128Keys176, Sm90Grid::kAuto>,
        Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
+      {"v2 again", Sm90<D128V2, Sm90Grid::kAuto>, Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
+      {"v4 again", Sm90<Sm90PrefillTile<128>, Sm90Grid::kAuto>,
+       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
   };
   constexpr int kVersions = sizeof(versions) / sizeof(versions[0]);
   struct Shape {
@@ -86,6 +89,7 @@ int main() {
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   for (const Shape& sh : shapes) {
+    if (std::getenv("PROBE_D") != nullptr && sh.d != std::atoi(std::getenv("PROBE_D"))) continue;
     const int64_t nq = int64_t{sh.b} * sh.s * sh.hq * sh.d,
                   nkv = int64_t{sh.b} * sh.s * sh.hkv * sh.d;
     T *q, *k, *v, *ref, *out;
@@ -132,10 +136,11 @@ int main() {
         CHECK(cudaGraphLaunch(graphs[vi], stream));  // warm-up
       }
       std::vector<float> us[kVersions];
+      const int kRounds = std::getenv("PROBE_ROUNDS") ? std::atoi(std::getenv("PROBE_ROUNDS")) : 8;
       std::vector<int> order(kVersions);
       std::mt19937 rng(12345);
       for (int n = 0; n < kVersions; ++n) order[n] = n;
-      for (int round = 0; round < 8; ++round) {    // versions interleaved: clocks drift alike
+      for (int round = 0; round < kRounds; ++round) {    // versions interleaved: clocks drift alike
         for (int n = kVersions - 1; n > 0; --n) {  // shuffled: no version always follows another
           std::swap(order[n], order[rng() % (n + 1)]);
         }

@@ -602,10 +602,11 @@ def test_host_num_splits_is_ignored_on_the_host():
 # below) and which num_splits forces; (5) the addressing modes: dense, packed-QKV views, ragged
 # (batches over 32 requests: the tile search's second round), paged with page sizes 1, 16, 5 in
 # both layouts, decode with 1 and 4 tokens; (6) the sm90 kernel's grid: persistent over several
-# rounds of items, or one block per tile (keys and values past 64 MiB: 18 million elements). The
-# reference matrices run in fp16 and bf16, the feature tests (forced splits, strided outputs,
-# graphs, compile, frameworks) in one dtype each: 189 cases, each a few calls on shapes of at most
-# a few million elements but that one.
+# rounds of items, or one block per tile (keys and values past 64 MiB: 18 million elements), and
+# its key tiles (128 keys, or 176 for dense head_dim 128 from 4096 keys on). The reference
+# matrices run in fp16 and bf16, the feature tests (forced splits, strided outputs, graphs,
+# compile, frameworks) in one dtype each: shapes of at most a few million elements but those past
+# 64 MiB and the three of 4100 keys.
 
 # id -> (batch, q_len, kv_len, hq, hkv, head_dim, layout, attrs)
 GPU_DENSE = {
@@ -647,6 +648,14 @@ GPU_DENSE = {
     "rounds-gqa8-q600-kv900-window200": (3, 600, 900, 16, 2, 128, "contiguous",
                                          {"window_left": 200}),
     "kv70mib-q130-kv9000-causal-lse": (2, 130, 9000, 8, 8, 128, "contiguous", {**CAUSAL, **LSE}),
+    # the sm90 kernel's 176-key tiles (dense head_dim 128 from 4096 keys on, no window): key
+    # counts that are not multiples of 176, persistent grids and one block per tile, soft cap,
+    # the bottom-right causal mask with fewer queries than keys, packed QKV views
+    "keys176-gqa4-q300-kv4100-softcap20-lse": (2, 300, 4100, 32, 8, 128, "contiguous",
+                                               {"logits_soft_cap": 20.0, **LSE}),
+    "keys176-q1500-kv4100-causal-lse": (1, 1500, 4100, 8, 2, 128, "contiguous",
+                                        {**CAUSAL, **LSE}),
+    "keys176-packed-mqa-q4100-causal": (1, 4100, 4100, 4, 1, 128, "packed", CAUSAL),
 }
 
 

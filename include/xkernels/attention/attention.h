@@ -106,9 +106,10 @@ cudaError_t Attention(const Params& p, cudaStream_t stream) {
   DeviceProps props;
   XK_CUDA_TRY(GetDeviceProps(&props));
   if (UseSm90(p, props)) {
-    const cudaError_t err = p.head_dim == 64
-                                ? LaunchSm90Attention<Sm90PrefillTile<64>, T>(p, stream, props)
-                                : LaunchSm90Attention<Sm90PrefillTile<128>, T>(p, stream, props);
+    const cudaError_t err =
+        p.head_dim == 64  ? LaunchSm90Attention<Sm90PrefillTile<64>, T>(p, stream, props)
+        : Sm90LongKeys(p) ? LaunchSm90Attention<Sm90LongKeysTile, T>(p, stream, props)
+                          : LaunchSm90Attention<Sm90PrefillTile<128>, T>(p, stream, props);
     if (err != cudaErrorNotSupported || p.kernel == Kernel::kSm90) return err;
   }
   const int64_t group = p.num_qo_heads / p.num_kv_heads;

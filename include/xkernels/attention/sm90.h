@@ -93,12 +93,21 @@ struct Sm90AttnTile {
 // softmax is as long as the two products and the overlap does not pay. v4 (head_dim 128): v2's
 // loop with the groups' products issued in turn and K given back on its own barrier, in 2
 // stages: 1-7% faster than v2 on the batches and long sequences of the probe (benchmarks/README.md,
-// sm90 versions); with the turns at head_dim 64, 2-5% slower. 176 keys per stage (v4 otherwise,
-// FlashAttention-3's non-causal tile) gained only past 8192 keys and lost on short requests, so
-// the dispatcher keeps 128.
+// sm90 versions); with the turns at head_dim 64, 2-5% slower.
 template <int D>
 using Sm90PrefillTile = std::conditional_t<D == 64, Sm90AttnTile<64, 4, false>,
                                            Sm90AttnTile<128, 2, true, 128, true, true>>;
+// v5: v4 with 176 keys per stage (FlashAttention-3's non-causal tile at head_dim 128), for dense
+// requests of at least kSm90LongKeys keys without a window: 1-5% faster than v4 there, causal or
+// not (s 4096 GQA 32/8 573 -> 588 / 551 -> 566 TFLOP/s, s 16384 575 -> 602 / 579 -> 599), and up
+// to 12% slower on requests of 1024 keys (a sixth of the last tile empty, and under a causal mask
+// a wider diagonal band).
+using Sm90LongKeysTile = Sm90AttnTile<128, 2, true, 176, true, true>;
+constexpr int64_t kSm90LongKeys = 4096;
+inline bool Sm90LongKeys(const Params& p) {
+  return p.head_dim == 128 && p.qo_indptr == nullptr && p.kv_len >= kSm90LongKeys &&
+         p.window_left < 0;
+}
 
 namespace detail {
 
