@@ -3,8 +3,10 @@
 // shapes and short batches, then us and TFLOP/s (CUDA graphs of 20 calls, the median of 16 replays
 // taken in 8 rounds over the versions, each round in another shuffled order: a version run right
 // after a slower one, such as the cp.async kernel, runs up to 11% faster at s 8192 than the same
-// kernel elsewhere in the round, so a fixed rotation biased the version after it). For kernel work
-// on the device, before the tests:
+// kernel elsewhere in the round, so a fixed rotation biased the version after it; even shuffled,
+// the same kernel twice in one run can differ by 2-4% at s 8192). PROBE_ROUNDS=n: n rounds;
+// PROBE_D=128 (or 64): that head_dim's shapes only. For kernel work on the device, before the
+// tests:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/attention_probe.cu -o /tmp/attention_probe && /tmp/attention_probe
@@ -51,6 +53,10 @@ cudaError_t Sm80(const Params& p, cudaStream_t s, const DeviceProps&) {
   return attention::Attention<T>(q, s);
 }
 
+cudaError_t Auto(const Params& p, cudaStream_t s, const DeviceProps&) {  // as dispatched
+  return attention::Attention<T>(p, s);
+}
+
 struct Version {
   const char* name;
   Launch d128, d64;
@@ -61,18 +67,15 @@ int main() {
   CHECK(GetDeviceProps(&props));
   using attention::Sm90AttnTile, attention::Sm90PrefillTile, attention::Sm90Grid;
   using D128V2 = Sm90AttnTile<128, 3, true>;  // v2, dispatched before v4
-  using D128Keys176 = Sm90AttnTile<128, 2, true, 176, true, true>;
+  using D64V2 = Sm90AttnTile<64, 6, true>;    // v2 at head_dim 64 (the dispatcher takes v1)
+  constexpr Sm90Grid kAuto = Sm90Grid::kAuto;
   const Version versions[] = {
       {"sm80 (cp.async)", Sm80, Sm80},
-      {"sm90 v2 (3 stages)", Sm90<D128V2, Sm90Grid::kAuto>,
-       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
-      {"sm90 as dispatched (v4)", Sm90<Sm90PrefillTile<128>, Sm90Grid::kAuto>,
-       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
-      {"v4, 176 keys", Sm90<D128Keys176, Sm90Grid::kAuto>,
-       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
-      {"v2 again", Sm90<D128V2, Sm90Grid::kAuto>, Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
-      {"v4 again", Sm90<Sm90PrefillTile<128>, Sm90Grid::kAuto>,
-       Sm90<Sm90PrefillTile<64>, Sm90Grid::kAuto>},
+      {"dispatcher", Auto, Auto},
+      {"sm90 v2 (3 / 6 stages)", Sm90<D128V2, kAuto>, Sm90<D64V2, kAuto>},
+      {"sm90 v4 (128 keys)", Sm90<Sm90PrefillTile<128>, kAuto>, Sm90<Sm90PrefillTile<64>, kAuto>},
+      {"sm90 v5 (176 keys)", Sm90<attention::Sm90LongKeysTile, kAuto>,
+       Sm90<Sm90PrefillTile<64>, kAuto>},
   };
   constexpr int kVersions = sizeof(versions) / sizeof(versions[0]);
   struct Shape {
@@ -80,7 +83,8 @@ int main() {
   };
   const Shape shapes[] = {{1, 8192, 32, 32, 128}, {1, 4096, 32, 8, 128},  {1, 8192, 16, 16, 64},
                           {8, 1024, 32, 8, 128},  {16, 1024, 32, 8, 128}, {8, 1024, 32, 32, 128},
-                          {1, 16384, 32, 8, 128}, {2, 2048, 32, 8, 128},  {8, 1024, 32, 8, 64}};
+                          {1, 16384, 32, 8, 128}, {2, 2048, 32, 8, 128},  {8, 1024, 32, 8, 64},
+                          {4, 8192, 32, 8, 128}};
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   float* diff;
@@ -140,7 +144,7 @@ int main() {
       std::vector<int> order(kVersions);
       std::mt19937 rng(12345);
       for (int n = 0; n < kVersions; ++n) order[n] = n;
-      for (int round = 0; round < kRounds; ++round) {    // versions interleaved: clocks drift alike
+      for (int round = 0; round < kRounds; ++round) {  // versions interleaved: clocks drift alike
         for (int n = kVersions - 1; n > 0; --n) {  // shuffled: no version always follows another
           std::swap(order[n], order[rng() % (n + 1)]);
         }

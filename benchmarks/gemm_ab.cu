@@ -7,7 +7,9 @@
 // first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only;
 // AB_SET=mid / mid8: bf16 / e4m3 row-wise at mid-sized m against the dispatch before the sized
 // swapped tiles ("old") and cuBLAS (bf16); mid2: n of 24-56 weight tiles, where SwapSizedN does
-// not take the sized tiles, with them forced ("swN"); AB_ONLY=m,n,k: that shape only.
+// not take the sized tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row tiles of
+// 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k: that shape
+// only.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -149,6 +151,14 @@ int main() {
     for (int m : {384, 512}) shapes.push_back({m, 2048, 4096, Elem::kBF16, Scale::kNone});
     shapes.push_back({320, 6144, 4096, Elem::kBF16, Scale::kNone});
   }
+  if (set && std::string(set) == "fp8t") {  // e4m3 tile shapes (cuBLASLt's: 144 x 128, 128 x 128)
+    shapes.clear();
+    for (Scale sc : {Scale::kTensor, Scale::kRow}) {
+      shapes.push_back({8192, 8192, 8192, Elem::kE4M3, sc});
+      shapes.push_back({8192, 4096, 14336, Elem::kE4M3, sc});
+    }
+    shapes.push_back({4096, 4096, 4096, Elem::kE4M3, Scale::kRow});
+  }
   const char* only = std::getenv("AB_ONLY");  // "m,n,k": that shape only
   for (const S& s : shapes) {
     if (only &&
@@ -264,6 +274,14 @@ int main() {
                           q.splits == 1 && gemm::StreamKElems(q, gemm::Kernel::kSm90Large, sms) > 0;
                       return gemm::LaunchSm90<gemm::Sm90Large<F8>, B16>(q, 0, props);
                     }});
+    } else if (set && std::string(set) == "fp8t") {
+      vs.push_back({"c2", Direct<gemm::Sm90Tile<F8, 2, 256, 4, false, 2>>(ws, props)});
+      vs.push_back({"n128", Direct<gemm::Sm90Tile<F8, 2, 128, 6, false, 1>>(ws, props)});
+      vs.push_back({"n128c2", Direct<gemm::Sm90Tile<F8, 2, 128, 6, false, 2>>(ws, props)});
+      vs.push_back({"n144c2", Direct<gemm::Sm90Tile<F8, 2, 144, 6, false, 2>>(ws, props)});
+      vs.push_back({"n160c2", Direct<gemm::Sm90Tile<F8, 2, 160, 6, false, 2>>(ws, props)});
+      vs.push_back({"n192", Direct<gemm::Sm90Tile<F8, 2, 192, 5, false, 1>>(ws, props)});
+      vs.push_back({"n192c2", Direct<gemm::Sm90Tile<F8, 2, 192, 5, false, 2>>(ws, props)});
     } else if (s.act >= 0) {
     } else if (s.in == Elem::kBF16) {
       vs.push_back({"sk+ord", Direct<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>>(ws, props)});
