@@ -68,14 +68,15 @@ int main() {
   using attention::Sm90AttnTile, attention::Sm90PrefillTile, attention::Sm90Grid;
   using D128V2 = Sm90AttnTile<128, 3, true>;  // v2, dispatched before v4
   using D64V2 = Sm90AttnTile<64, 6, true>;    // v2 at head_dim 64 (the dispatcher takes v1)
-  constexpr Sm90Grid kAuto = Sm90Grid::kAuto;
+  constexpr Sm90Grid kBpt = Sm90Grid::kBlockPerTile;
+  using V5Chunk0 = Sm90AttnTile<128, 2, true, 176, true, true, 0>;  // v5: all heads at once
   const Version versions[] = {
       {"sm80 (cp.async)", Sm80, Sm80},
       {"dispatcher", Auto, Auto},
-      {"sm90 v2 (3 / 6 stages)", Sm90<D128V2, kAuto>, Sm90<D64V2, kAuto>},
-      {"sm90 v4 (128 keys)", Sm90<Sm90PrefillTile<128>, kAuto>, Sm90<Sm90PrefillTile<64>, kAuto>},
-      {"sm90 v5 (176 keys)", Sm90<attention::Sm90LongKeysTile, kAuto>,
-       Sm90<Sm90PrefillTile<64>, kAuto>},
+      {"sm90 v2 (3 / 6 stages)", Sm90<D128V2, Sm90Grid::kAuto>, Sm90<D64V2, Sm90Grid::kAuto>},
+      {"sm90 v5, block per tile", Sm90<V5Chunk0, kBpt>, Sm90<Sm90PrefillTile<64>, kBpt>},
+      {"sm90 v6, block per tile", Sm90<attention::Sm90LongKeysTile, kBpt>,
+       Sm90<Sm90PrefillTile<64>, kBpt>},
   };
   constexpr int kVersions = sizeof(versions) / sizeof(versions[0]);
   struct Shape {

@@ -20,6 +20,9 @@
 //   P V (named barriers, FlashAttention-3's warp scheduler barrier), so that one group's softmax
 //   runs under the other's products; K has an empty barrier of its own, given back once S is done,
 //   so that two stages keep the overlapped loop fed.
+// - v6 (kChunkMiB): a dense batch's one-block-per-tile grid walks the requests in turn and each
+//   request's query heads in chunks whose keys and values fit in L2, the chunk's tiles longest
+//   first, so that blocks in flight share keys in L2 (sm90_block_item).
 // - v3, persistent (Sm90Grid says when): a dense batch's (query tile, request, head) work items on
 //   one block per SM, longest first (every request's last tiles, which under a causal mask see the
 //   most keys, before the tiles ahead of them), in rounds of one item per block taken in zigzag
@@ -52,7 +55,7 @@
 namespace xkernels::attention {
 
 template <int kHeadDim_, int kStages_, bool kOverlap_, int kKeys_ = 128, bool kSched_ = false,
-          bool kEarlyK_ = false>
+          bool kEarlyK_ = false, int kChunkMiB_ = 0>
 struct Sm90AttnTile {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
   // v2: the next tile's S = Q K^T and this tile's P V in flight together (see the kernel)
@@ -63,6 +66,10 @@ struct Sm90AttnTile {
   // v4: a stage's K is given back once its S = Q K^T is done and its V once P V is, on barriers
   // of their own, so that two stages keep v2's loop fed
   static constexpr bool kEarlyK = kEarlyK_;
+  // v6: a dense batch's one-block-per-tile grid takes the query heads in chunks whose keys and
+  // values fit kChunkMiB MiB (the heads of a kv group together), so that the blocks in flight
+  // read keys from L2 rather than from memory (0: one chunk of every head)
+  static constexpr int kChunkMiB = kChunkMiB_;
   static constexpr int kRows = 128;     // query tokens of a block: 64 per consumer
   static constexpr int kKeys = kKeys_;  // keys per stage
   static constexpr int kThreads = 384;  // producer + two consumer warpgroups
@@ -94,15 +101,21 @@ struct Sm90AttnTile {
 // loop with the groups' products issued in turn and K given back on its own barrier, in 2
 // stages: 1-7% faster than v2 on the batches and long sequences of the probe (benchmarks/README.md,
 // sm90 versions); with the turns at head_dim 64, 2-5% slower.
+// v6 (both head_dim 128 tiles): the one-block-per-tile grid in chunks of heads whose keys and
+// values fit 16 MiB per request, so that the keys come from L2 rather than from memory (ncu, s
+// 8192, 32 heads of 128, v5: 52% of the memory's bandwidth and 85% of L2's in use where
+// FlashInfer's fa3 uses 5% and 32%, at 1.60 against 1.70 GHz): s 8192 32 heads v5 578 -> 591 /
+// causal 552 -> 551, s 16384 GQA 598 -> 609 / 584 -> 594, b 4 x s 8192 GQA 591 -> 599 / 556 -> 561
+// (chunks of 32 MiB: 573-604; benchmarks/README.md, sm90 versions).
 template <int D>
 using Sm90PrefillTile = std::conditional_t<D == 64, Sm90AttnTile<64, 4, false>,
-                                           Sm90AttnTile<128, 2, true, 128, true, true>>;
+                                           Sm90AttnTile<128, 2, true, 128, true, true, 16>>;
 // v5: v4 with 176 keys per stage (FlashAttention-3's non-causal tile at head_dim 128), for dense
 // requests of at least kSm90LongKeys keys without a window: 1-5% faster than v4 there, causal or
 // not (s 4096 GQA 32/8 573 -> 588 / 551 -> 566 TFLOP/s, s 16384 575 -> 602 / 579 -> 599), and up
 // to 12% slower on requests of 1024 keys (a sixth of the last tile empty, and under a causal mask
 // a wider diagonal band).
-using Sm90LongKeysTile = Sm90AttnTile<128, 2, true, 176, true, true>;
+using Sm90LongKeysTile = Sm90AttnTile<128, 2, true, 176, true, true, 16>;
 constexpr int64_t kSm90LongKeys = 4096;
 inline bool Sm90LongKeys(const Params& p) {
   return p.head_dim == 128 && p.qo_indptr == nullptr && p.kv_len >= kSm90LongKeys &&
@@ -150,6 +163,34 @@ XK_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
   w.full_lo = 0, w.full_hi = w.kv_len;
   if (p.causal) w.full_hi = max(0, min(w.full_hi, w.t_first + w.diag + 1));
   if (p.window_left >= 0) w.full_lo = w.t_last + w.diag - p.window_left;
+}
+
+// Query heads per chunk of the one-block-per-tile grid of a dense batch: as many kv groups as
+// fit chunk_bytes of one request's keys and values (at least one group; all heads when
+// chunk_bytes is 0).
+inline __host__ __device__ int sm90_head_chunk(const Params& p, int64_t chunk_bytes) {
+  const int group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t per_kv_head = int64_t{4} * p.kv_len * p.head_dim;  // 16-bit K and V
+  if (chunk_bytes <= 0 || per_kv_head <= 0) return p.num_qo_heads;
+  const int64_t kv_heads = chunk_bytes / per_kv_head > 1 ? chunk_bytes / per_kv_head : 1;
+  return kv_heads * group < p.num_qo_heads ? static_cast<int>(kv_heads * group) : p.num_qo_heads;
+}
+
+// Block blk of the one-block-per-tile grid of a dense batch (tiles query tiles per request) -> its
+// request, query tile and head: request after request, each request's heads in chunks of hc
+// (sm90_head_chunk) one chunk after the other, and a chunk's query tiles longest first (back
+// from the request's last, which under a causal mask sees the most keys), the chunk's heads side
+// by side.
+XK_DEVICE void sm90_block_item(const Params& p, int tiles, int hc, int blk, Sm90Item& w) {
+  const int per_request = tiles * p.num_qo_heads;
+  w.b = blk / per_request;
+  const int r = blk - w.b * per_request;
+  const int chunk = r / (hc * tiles);
+  const int h0 = chunk * hc, r2 = r - chunk * hc * tiles;
+  const int nh = min(hc, p.num_qo_heads - h0);  // (the last chunk's heads)
+  const int rank = r2 / nh;
+  w.h = h0 + (r2 - rank * nh);
+  w.tile = tiles - 1 - rank;
 }
 
 // Item k of a persistent block of a dense batch: round k gives the grid items k grid .. (k + 1)
@@ -201,9 +242,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   const uint32_t bar_q_empty = bar_q + 8 * (1 + 3 * kStages);  // persistent: Q free again
   auto bar_empty_v = [&](int st) { return bar_q + 8 * (2 + 3 * kStages + st); };  // kEarlyK
 
-  const int h = static_cast<int>(blockIdx.x);  // query head (not persistent: the block's)
   const int group = p.num_qo_heads / p.num_kv_heads;
-  const int kv_head = h / group;
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {
@@ -223,19 +262,21 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
   __syncthreads();
   pdl_wait();  // everything below may read what the previous kernel wrote
 
-  // ---- the item in hand: the block's own (query head blockIdx.x, and request and query tile from
-  // blockIdx.y, the last tiles of a request first: under a causal mask they have the most keys),
-  // or each of a persistent block's in turn
+  // ---- the item in hand: the block's own (dense: blockIdx.x, sm90_block_item; ragged: query head
+  // blockIdx.x, and request and query tile from blockIdx.y), or each of a persistent block's in
+  // turn
   detail::Sm90Item w{};
   if constexpr (!kPersistent) {
-    w.h = h;
     if (p.qo_indptr == nullptr) {
       const int tiles = static_cast<int>((p.q_len + Tl::kRows - 1) / Tl::kRows);
-      w.b = static_cast<int>(blockIdx.y) / tiles;
-      w.tile = tiles - 1 - static_cast<int>(blockIdx.y) % tiles;
-    } else if (!detail::find_ragged_tile<Tl::kRows>(p, 1, static_cast<int>(blockIdx.y), w.b, w.tile,
-                                                    tile_of_block)) {
-      return;
+      detail::sm90_block_item(p, tiles, detail::sm90_head_chunk(p, int64_t{Tl::kChunkMiB} << 20),
+                              static_cast<int>(blockIdx.x), w);
+    } else {
+      w.h = static_cast<int>(blockIdx.x);
+      if (!detail::find_ragged_tile<Tl::kRows>(p, 1, static_cast<int>(blockIdx.y), w.b, w.tile,
+                                               tile_of_block)) {
+        return;
+      }
     }
     detail::sm90_item<Tl::kRows, kKeys>(p, w);
   }
@@ -249,7 +290,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       // Q of item w, then its K and V tiles through the stages (tensor-map coordinates: token,
       // batch)
       auto load_item = [&] {
-        const int kv_h = kPersistent ? w.h / group : kv_head;
+        const int kv_h = w.h / group;
         tma::mbar_arrive_expect_tx(bar_q, Tl::kQBytes);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
@@ -639,6 +680,7 @@ cudaError_t LaunchSm90Attention(const Params& p, cudaStream_t stream, const Devi
   if (tiles == 0) return cudaSuccess;
   if (tiles > 65535) return cudaErrorNotSupported;
   const int64_t items = tiles * p.num_qo_heads;  // of a dense batch
+  if (items >= (int64_t{1} << 31)) return cudaErrorNotSupported;
   const bool persistent =
       p.qo_indptr == nullptr && items < (int64_t{1} << 30) &&
       (how == Sm90Grid::kPersistent ||
@@ -675,7 +717,9 @@ cudaError_t LaunchSm90Attention(const Params& p, cudaStream_t stream, const Devi
     }
   }
   void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, Params) = nullptr;
+  // ragged: (heads, tiles); dense: one block per item in a line (sm90_block_item)
   dim3 grid(static_cast<unsigned>(p.num_qo_heads), static_cast<unsigned>(tiles));
+  if (!ragged) grid = dim3(static_cast<unsigned>(items));
   if (persistent) {
     XK_CUDA_TRY((SmemOptIn<Sm90AttentionKernel<Tl, T, true>>(Tl::kSmemBytes, &kernel)));
     grid = dim3(static_cast<unsigned>(std::min<int64_t>(items, props.sm_count)));
