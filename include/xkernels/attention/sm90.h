@@ -5,24 +5,18 @@
 // A block takes 128 query tokens of one query head of one request (no GQA packing: kv head
 // h / group, whose tiles the other heads of the group read again from L2).
 // - Warpgroup 0 is the producer: one thread loads Q once, then keeps a ring of kStages stages of
-//   K and V (128 keys each) full with TMA, K and V on barriers of their own so that S = Q K^T can
-//   start before V lands. The tensors are 4-D tensor maps [batch, tokens, heads, head_dim], boxes
-//   of 128 tokens x 64 head dims (one 128-byte swizzled row per token): strided Q/K/V (views of a
-//   packed QKV) need no copy, and tokens past a tensor's end arrive as zeros.
-// - Warpgroups 1 and 2 own 64 query rows each. Per key tile: S (64 x 128, fp32, registers) =
+//   K and V (kKeys keys each: 128, or 176 in v5) full with TMA, K and V on barriers of their own
+//   so that S = Q K^T can start before V lands. The tensors are 4-D tensor maps [batch, tokens,
+//   heads, head_dim], boxes of 128 (Q) or kKeys tokens x 64 head dims (one 128-byte swizzled row
+//   per token): strided Q/K/V (views of a packed QKV) need no copy, and tokens past a tensor's end
+//   arrive as zeros.
+// - Warpgroups 1 and 2 own 64 query rows each. Per key tile: S (64 x kKeys, fp32, registers) =
 //   Q K^T over head_dim / 16 wgmmas with both operands in shared memory; soft cap and mask; the
 //   online softmax of prefill.h (running max and sum, O rescaled when a max moved, exponentials
 //   in base 2); P to 16-bit in registers, already in the A-fragment layout of a register-sourced
-//   wgmma; O (64 x head_dim) += P V over 128 / 16 wgmmas with V read N-major (transposed) from its
-//   swizzled tile; the stage released to the producer.
+//   wgmma; O (64 x head_dim) += P V over kKeys / 16 wgmmas with V read N-major (transposed) from
+//   its swizzled tile; the stage released to the producer.
 // - Causal and windowed tiles past the diagonal or before the window are skipped, not masked.
-// - v4 (kSched, kEarlyK): the two consumer groups take turns to issue each step's S = Q K^T and
-//   P V (named barriers, FlashAttention-3's warp scheduler barrier), so that one group's softmax
-//   runs under the other's products; K has an empty barrier of its own, given back once S is done,
-//   so that two stages keep the overlapped loop fed.
-// - v6 (kChunkMiB): a dense batch's one-block-per-tile grid walks the requests in turn and each
-//   request's query heads in chunks whose keys and values fit in L2, the chunk's tiles longest
-//   first, so that blocks in flight share keys in L2 (sm90_block_item).
 // - v3, persistent (Sm90Grid says when): a dense batch's (query tile, request, head) work items on
 //   one block per SM, longest first (every request's last tiles, which under a causal mask see the
 //   most keys, before the tiles ahead of them), in rounds of one item per block taken in zigzag
@@ -30,6 +24,14 @@
 //   done, and its K and V as stages free up: the block's launch and set-up are paid once per SM,
 //   and one item's output is written while the next one's tiles land. A template argument, so
 //   that the one-block-per-tile kernel compiles to the code it had without it.
+// - v4 (kSched, kEarlyK): the two consumer groups take turns to issue each step's S = Q K^T and
+//   P V (named barriers, FlashAttention-3's warp scheduler barrier), so that one group's softmax
+//   runs under the other's products; K has an empty barrier of its own, given back once S is done,
+//   so that two stages keep the overlapped loop fed.
+// - v5 (kKeys 176, Sm90LongKeysTile): stages of 176 keys for dense requests of 4096 keys or more.
+// - v6 (kChunkMiB): a dense batch's one-block-per-tile grid walks the requests in turn and each
+//   request's query heads in chunks whose keys and values fit in L2, the chunk's tiles longest
+//   first, so that blocks in flight share keys in L2 (sm90_block_item).
 // What the call computes: params.h. The dispatcher (attention.h) sends here the prefill shapes
 // this path covers (head_dim 64 or 128, dense or ragged keys, no split) on sm_90 devices.
 #ifndef XKERNELS_ATTENTION_SM90_H_
