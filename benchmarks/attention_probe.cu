@@ -66,17 +66,15 @@ int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
   using attention::Sm90AttnTile, attention::Sm90PrefillTile, attention::Sm90Grid;
-  using D128V2 = Sm90AttnTile<128, 3, true>;  // v2, dispatched before v4
-  using D64V2 = Sm90AttnTile<64, 6, true>;    // v2 at head_dim 64 (the dispatcher takes v1)
-  constexpr Sm90Grid kBpt = Sm90Grid::kBlockPerTile;
-  using V5Chunk0 = Sm90AttnTile<128, 2, true, 176, true, true, 0>;  // v5: all heads at once
+  constexpr Sm90Grid kAuto = Sm90Grid::kAuto;
+  using V1 = Sm90AttnTile<64, 4, false>;  // head_dim 64 before v7: 128 rows, v1's loop
+  using V7S4 = Sm90AttnTile<64, 4, true, 128, true, true, 0, 3>;  // v7 in 4 stages
   const Version versions[] = {
       {"sm80 (cp.async)", Sm80, Sm80},
       {"dispatcher", Auto, Auto},
-      {"sm90 v2 (3 / 6 stages)", Sm90<D128V2, Sm90Grid::kAuto>, Sm90<D64V2, Sm90Grid::kAuto>},
-      {"sm90 v5, block per tile", Sm90<V5Chunk0, kBpt>, Sm90<Sm90PrefillTile<64>, kBpt>},
-      {"sm90 v6, block per tile", Sm90<attention::Sm90LongKeysTile, kBpt>,
-       Sm90<Sm90PrefillTile<64>, kBpt>},
+      {"v1 128 rows (d 64 before v7)", Auto, Sm90<V1, kAuto>},
+      {"v7 4 stages", Auto, Sm90<V7S4, kAuto>},
+      {"v7 block per tile", Auto, Sm90<Sm90PrefillTile<64>, Sm90Grid::kBlockPerTile>},
   };
   constexpr int kVersions = sizeof(versions) / sizeof(versions[0]);
   struct Shape {
@@ -85,7 +83,8 @@ int main() {
   const Shape shapes[] = {{1, 8192, 32, 32, 128}, {1, 4096, 32, 8, 128},  {1, 8192, 16, 16, 64},
                           {8, 1024, 32, 8, 128},  {16, 1024, 32, 8, 128}, {8, 1024, 32, 32, 128},
                           {1, 16384, 32, 8, 128}, {2, 2048, 32, 8, 128},  {8, 1024, 32, 8, 64},
-                          {4, 8192, 32, 8, 128}};
+                          {4, 8192, 32, 8, 128},  {1, 16384, 16, 16, 64}, {4, 2048, 32, 8, 64},
+                          {8, 1000, 32, 8, 64},   {16, 500, 32, 8, 64},   {8, 1000, 32, 8, 128}};
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   float* diff;

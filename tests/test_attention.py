@@ -648,6 +648,10 @@ GPU_DENSE = {
     "rounds-gqa8-q600-kv900-window200": (3, 600, 900, 16, 2, 128, "contiguous",
                                          {"window_left": 200}),
     "kv70mib-q130-kv9000-causal-lse": (2, 130, 9000, 8, 8, 128, "contiguous", {**CAUSAL, **LSE}),
+    # head_dim 64's 192-row tiles of three consumer groups, ending at the last query: a first
+    # tile of 8 rows (184 before token 0), one block per tile past 64 MiB
+    "kv70mib-d64-q200-kv9000-causal-lse": (2, 200, 9000, 16, 16, 64, "contiguous",
+                                           {**CAUSAL, **LSE}),
     # the sm90 kernel's 176-key tiles (dense head_dim 128 from 4096 keys on, no window): key
     # counts that are not multiples of 176, persistent grids and one block per tile, soft cap,
     # the bottom-right causal mask with fewer queries than keys, packed QKV views

@@ -2,20 +2,21 @@
 // S = Q K^T and O += P V on warpgroup MMAs (wgmma) with the accumulators in registers, and warp
 // specialisation.
 //
-// A block takes 128 query tokens of one query head of one request (no GQA packing: kv head
-// h / group, whose tiles the other heads of the group read again from L2).
+// A block takes 64 x kConsumers query tokens (128, or 192 at head_dim 64 in v7) of one query
+// head of one request (no GQA packing: kv head h / group, whose tiles the other heads of the group
+// read again from L2).
 // - Warpgroup 0 is the producer: one thread loads Q once, then keeps a ring of kStages stages of
 //   K and V (kKeys keys each: 128, or 176 in v5) full with TMA, K and V on barriers of their own
 //   so that S = Q K^T can start before V lands. The tensors are 4-D tensor maps [batch, tokens,
 //   heads, head_dim], boxes of 128 (Q) or kKeys tokens x 64 head dims (one 128-byte swizzled row
 //   per token): strided Q/K/V (views of a packed QKV) need no copy, and tokens past a tensor's end
 //   arrive as zeros.
-// - Warpgroups 1 and 2 own 64 query rows each. Per key tile: S (64 x kKeys, fp32, registers) =
-//   Q K^T over head_dim / 16 wgmmas with both operands in shared memory; soft cap and mask; the
-//   online softmax of prefill.h (running max and sum, O rescaled when a max moved, exponentials
-//   in base 2); P to 16-bit in registers, already in the A-fragment layout of a register-sourced
-//   wgmma; O (64 x head_dim) += P V over kKeys / 16 wgmmas with V read N-major (transposed) from
-//   its swizzled tile; the stage released to the producer.
+// - Warpgroups 1 .. kConsumers own 64 query rows each. Per key tile: S (64 x kKeys, fp32,
+//   registers) = Q K^T over head_dim / 16 wgmmas with both operands in shared memory; soft cap
+//   and mask; the online softmax of prefill.h (running max and sum, O rescaled when a max
+//   moved, exponentials in base 2); P to 16-bit in registers, already in the A-fragment layout
+//   of a register-sourced wgmma; O (64 x head_dim) += P V over kKeys / 16 wgmmas with V read
+//   N-major (transposed) from its swizzled tile; the stage released to the producer.
 // - Causal and windowed tiles past the diagonal or before the window are skipped, not masked.
 // - v3, persistent (Sm90Grid says when): a dense batch's (query tile, request, head) work items on
 //   one block per SM, longest first (every request's last tiles, which under a causal mask see the
@@ -32,6 +33,8 @@
 // - v6 (kChunkMiB): a dense batch's one-block-per-tile grid walks the requests in turn and each
 //   request's query heads in chunks whose keys and values fit in L2, the chunk's tiles longest
 //   first, so that blocks in flight share keys in L2 (sm90_block_item).
+// - v7 (kConsumers 3, head_dim 64): three consumer groups (192 query rows) take turns on v4's
+//   loop; every version's tiles end at the request's last query (sm90_item).
 // What the call computes: params.h. The dispatcher (attention.h) sends here the prefill shapes
 // this path covers (head_dim 64 or 128, dense or ragged keys, no split) on sm_90 devices.
 #ifndef XKERNELS_ATTENTION_SM90_H_
@@ -57,7 +60,7 @@
 namespace xkernels::attention {
 
 template <int kHeadDim_, int kStages_, bool kOverlap_, int kKeys_ = 128, bool kSched_ = false,
-          bool kEarlyK_ = false, int kChunkMiB_ = 0>
+          bool kEarlyK_ = false, int kChunkMiB_ = 0, int kConsumers_ = 2>
 struct Sm90AttnTile {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
   // v2: the next tile's S = Q K^T and this tile's P V in flight together (see the kernel)
@@ -72,13 +75,16 @@ struct Sm90AttnTile {
   // values fit kChunkMiB MiB (the heads of a kv group together), so that the blocks in flight
   // read keys from L2 rather than from memory (0: one chunk of every head)
   static constexpr int kChunkMiB = kChunkMiB_;
-  static constexpr int kRows = 128;     // query tokens of a block: 64 per consumer
-  static constexpr int kKeys = kKeys_;  // keys per stage
-  static constexpr int kThreads = 384;  // producer + two consumer warpgroups
+  // v7: consumer warpgroups of 64 query rows each, 2 or 3 (FlashAttention-3's head_dim 64 tile)
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kRows = 64 * kConsumers;            // query tokens of a block
+  static constexpr int kKeys = kKeys_;                     // keys per stage
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   // registers per thread of the producer and of the consumers after setmaxnreg (ptxas allocates
-  // the consumers' code up to it): 176-key tiles hold 88 floats of S, 64 of O and 44 words of P
-  static constexpr int kProducerRegs = kKeys_ == 176 ? 24 : 40;
-  static constexpr int kConsumerRegs = kKeys_ == 176 ? 240 : 232;
+  // the consumers' code up to it): 176-key tiles hold 88 floats of S, 64 of O and 44 words of P;
+  // three groups share the 65536 registers as 32 + 3 x 160
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kKeys_ == 176 ? 24 : 40;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kKeys_ == 176 ? 240 : 232;
   static constexpr int kChunks = kHeadDim / 64;      // 128-byte column chunks of a row
   static constexpr int kQChunkBytes = kRows * 128;   // (kRows, 64) of Q
   static constexpr int kKvChunkBytes = kKeys * 128;  // (kKeys, 64) of K or V
@@ -90,8 +96,11 @@ struct Sm90AttnTile {
   // slack to align to 1024 (the swizzle's period), Q, the stages, the barriers
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kBarBytes;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-  static_assert(kKeys == 128 || (kKeys == 176 && kHeadDim == 128),
-                "128 keys per stage, or 176 at head_dim 128");
+  static_assert(kKeys == 128 || (kKeys == 176 && kHeadDim == 128) ||
+                    (kKeys == 192 && kHeadDim == 64 && !kOverlap),
+                "128 keys per stage, 176 at head_dim 128, or 192 at head_dim 64 (v1's loop)");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64),
+                "two consumer groups, or three at head_dim 64");
 };
 
 // The versions the dispatcher takes, measured on an H100 (bf16, benchmarks/attention_probe.cu,
@@ -109,9 +118,20 @@ struct Sm90AttnTile {
 // FlashInfer's fa3 uses 5% and 32%, at 1.60 against 1.70 GHz): s 8192 32 heads v5 578 -> 591 /
 // causal 552 -> 551, s 16384 GQA 598 -> 609 / 584 -> 594, b 4 x s 8192 GQA 591 -> 599 / 556 -> 561
 // (chunks of 32 MiB: 573-604; benchmarks/README.md, sm90 versions).
+// v7 (head_dim 64): three consumer groups of 64 query rows (192-row tiles) on v4's loop in 2
+// stages of 128 keys (FlashAttention-3's head_dim 64 shape; at head_dim 128 three groups' 160
+// registers cannot hold S, P and O), and every sm90 tile ending at its request's last query (the
+// part-filled tile first, where a causal mask leaves it the fewest keys). Probe GPU-35c80822,
+// TFLOP/s non-causal / causal, v1 on 128 rows -> v7: s 8192 16 x 64 388 / 382 -> 439 / 468,
+// s 16384 387 / 386 -> 474 / 480, b 4 x 2048 GQA 32/8 370 / 330 -> 462 / 370, b 8 x 1024 359 /
+// 290 -> 390 / 292, b 8 x 1000 333 / 264 -> 366 / 274, b 16 x 500 300 / 196 -> 314 / 190. Tried
+// on the way (GPU-a332ba40): v1's loop on 192 rows (s 8192 429 / 441), 192 keys per stage (433 /
+// 435), 4 stages (level on long requests, 5-10% slower on requests of 500-1000 tokens), and tiles
+// from token 0 (b 8 x 1024 causal 293 -> 271: the last tile a third full, and it saw every key).
 template <int D>
-using Sm90PrefillTile = std::conditional_t<D == 64, Sm90AttnTile<64, 4, false>,
-                                           Sm90AttnTile<128, 2, true, 128, true, true, 16>>;
+using Sm90PrefillTile =
+    std::conditional_t<D == 64, Sm90AttnTile<64, 2, true, 128, true, true, 0, 3>,
+                       Sm90AttnTile<128, 2, true, 128, true, true, 16>>;
 // v5: v4 with 176 keys per stage (FlashAttention-3's non-causal tile at head_dim 128), for dense
 // requests of at least kSm90LongKeys keys without a window: 1-5% faster than v4 there, causal or
 // not (s 4096 GQA 32/8 573 -> 588 / 551 -> 566 TFLOP/s, s 16384 575 -> 602 / 579 -> 599), and up
@@ -131,7 +151,8 @@ namespace detail {
 struct Sm90Item {
   int b, tile, h;
   int32_t q_begin, q_len;    // the request's queries: tokens q_begin .. q_begin + q_len - 1
-  int32_t t_first, t_last;   // the tile's first and last query token (of the request)
+  int32_t t_first, t_last;   // the tile's first and last query token (of the request; the
+                             // tiles end at the request's last, so the first may start before 0)
   int32_t kv_begin, kv_len;  // the request's keys
   int32_t q_b, kv_b;         // the tensor maps' batch coordinates of q and of k, v
   int32_t diag;              // query t sees keys <= t + diag (causal)
@@ -147,8 +168,13 @@ XK_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
     w.q_begin = clamp32(p.qo_indptr[w.b], 0, p.total_q);
     w.q_len = clamp32(p.qo_indptr[w.b + 1], w.q_begin, p.total_q) - w.q_begin;
   }
-  w.t_first = w.tile * kRows;
-  w.t_last = min(w.q_len - 1, w.t_first + kRows - 1);
+  // Tiles end at the request's last query: the part-filled one comes first, where a causal mask
+  // leaves it the fewest keys (rows before token 0 are computed on whatever Q holds there, zeros
+  // past the tensor's start, and not written).
+  const int32_t tiles = (w.q_len + kRows - 1) / kRows;
+  w.t_last = w.q_len - 1 - (tiles - 1 - w.tile) * kRows;
+  w.t_first = w.t_last - (kRows - 1);
+  const int32_t t_lo = max(0, w.t_first);  // the first row that is written
   w.kv_begin = 0, w.kv_len = static_cast<int32_t>(p.kv_len);
   if (p.kv_mode == KvMode::kRagged) {
     w.kv_begin = clamp32(p.kv_indptr[w.b], 0, p.kv_len);
@@ -159,11 +185,11 @@ XK_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
   w.diag = w.kv_len - w.q_len;
   int32_t kv_lo = 0, kv_hi = w.kv_len;
   if (p.causal) kv_hi = max(0, min(kv_hi, w.t_last + w.diag + 1));
-  if (p.window_left >= 0) kv_lo = max(0, w.t_first + w.diag - p.window_left);
+  if (p.window_left >= 0) kv_lo = max(0, t_lo + w.diag - p.window_left);
   w.j_begin = kv_lo / kKeys;
   w.j_end = kv_hi > kv_lo ? (kv_hi + kKeys - 1) / kKeys : w.j_begin;
   w.full_lo = 0, w.full_hi = w.kv_len;
-  if (p.causal) w.full_hi = max(0, min(w.full_hi, w.t_first + w.diag + 1));
+  if (p.causal) w.full_hi = max(0, min(w.full_hi, t_lo + w.diag + 1));
   if (p.window_left >= 0) w.full_lo = w.t_last + w.diag - p.window_left;
 }
 
@@ -255,10 +281,12 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       tma::mbar_init(bar_k(s), 1);  // the producer's expect_tx
       tma::mbar_init(bar_v(s), 1);
-      tma::mbar_init(bar_empty(s), 8);  // one arrival per consumer warp
-      if constexpr (Tl::kEarlyK) tma::mbar_init(bar_empty_v(s), 8);
+      tma::mbar_init(bar_empty(s), 4 * Tl::kConsumers);  // one arrival per consumer warp
+      if constexpr (Tl::kEarlyK) tma::mbar_init(bar_empty_v(s), 4 * Tl::kConsumers);
     }
-    if constexpr (kPersistent) tma::mbar_init(bar_q_empty, 8);  // likewise, after an item's last S
+    if constexpr (kPersistent) {  // likewise, after an item's last S
+      tma::mbar_init(bar_q_empty, 4 * Tl::kConsumers);
+    }
     tma::mbar_fence_init();
   }
   __syncthreads();
@@ -441,17 +469,18 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     tma::mbar_wait(bar_v(st), phase);
     if (ragged_kv && (j + 1) * kKeys > w.kv_len) {
       // The tile's rows past this request's keys hold the next request's values (or whatever
-      // follows the last one): P is 0 there, but 0 x inf or nan is not, so the two consumer
-      // groups zero those rows first (whole 128-byte rows: the swizzle stays inside a row).
+      // follows the last one): P is 0 there, but 0 x inf or nan is not, so the consumer groups
+      // zero those rows first (whole 128-byte rows: the swizzle stays inside a row).
       const int first = w.kv_len - j * kKeys;
       const int n16 = (kKeys - first) * kChunks * 8;  // 16-byte pieces to clear
-      for (int i = static_cast<int>(threadIdx.x) - 128; i < n16; i += 256) {
+      for (int i = static_cast<int>(threadIdx.x) - 128; i < n16; i += 128 * Tl::kConsumers) {
         const int r = first + i / (kChunks * 8), ch = (i / 8) % kChunks, x = i % 8;
         const uint32_t dst = s_v(st) + ch * Tl::kKvChunkBytes + r * 128 + x * 16;
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(dst), "r"(0u) : "memory");
       }
       tma::fence_async_shared();  // the zeros visible to the wgmmas (async proxy)
-      tma::named_sync(1, 256);    // both consumer groups done clearing
+      // every consumer group done clearing
+      tma::named_sync(1, 128 * Tl::kConsumers);
     }
   };
   // O += P V of a tile in stage st (its V ready), issued and committed: V's (kKeys, 64) chunks
@@ -490,14 +519,16 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     if (lane == 0) tma::mbar_arrive(Tl::kEarlyK ? bar_empty_v(st) : bar_empty(st));
   };
   // kSched: group cw's turn to issue (named barrier kBarSched0 + cw), and the hand-over to the
-  // other group after; group 0 is let through its first turn at the start, and the last
+  // next group after; group 0 is let through its first turn at the start, and the last
   // hand-over of the kernel is left unmet (as FlashAttention-3's warp scheduler barrier leaves it)
   constexpr uint32_t kBarSched0 = 2;
   auto take_turn = [&] {
     if constexpr (Tl::kSched) tma::named_sync(kBarSched0 + cw, 256);
   };
   auto pass_turn = [&] {
-    if constexpr (Tl::kSched) tma::named_arrive(kBarSched0 + (1 - cw), 256);
+    if constexpr (Tl::kSched) {
+      tma::named_arrive(kBarSched0 + (cw + 1 == Tl::kConsumers ? 0 : cw + 1), 256);
+    }
   };
   if constexpr (Tl::kSched) {
     if (cw == 0) tma::named_arrive(kBarSched0, 256);
@@ -595,7 +626,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     for (int half = 0; half < 2; ++half) {
       const float sum = detail::quad_sum(l[half]);
       const int32_t t = w.t_first + r_lo + 8 * half;
-      if (t >= w.q_len) continue;
+      if (t < 0 || t >= w.q_len) continue;
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       T* dst = out + w.b * p.out_stride_b + (static_cast<int64_t>(w.q_begin) + t) * p.out_stride_t +
                w.h * p.out_stride_h;
