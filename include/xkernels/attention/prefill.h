@@ -93,7 +93,7 @@ struct Tile {
 
 namespace detail {
 
-XK_DEVICE int32_t clamp32(int64_t x, int64_t lo, int64_t hi) {
+XK_HOST_DEVICE int32_t clamp32(int64_t x, int64_t lo, int64_t hi) {
   return static_cast<int32_t>(x < lo ? lo : (x > hi ? hi : x));
 }
 

@@ -150,31 +150,35 @@ namespace detail {
 // rows and keys are, the key tiles it attends to and the keys that every row of it sees (no mask).
 struct Sm90Item {
   int b, tile, h;
-  int32_t q_begin, q_len;    // the request's queries: tokens q_begin .. q_begin + q_len - 1
-  int32_t t_first, t_last;   // the tile's first and last query token (of the request; the
-                             // tiles end at the request's last, so the first may start before 0)
+  // The request's tiles end at its last query, so that the part-filled one is the first: row r
+  // of them is query token q_begin + r (of the tensor), and its rows r < pad come before the
+  // request. Rows r, not tokens, below.
+  int32_t q_begin, pad;
+  int32_t t_first, t_last;   // the tile's first and last row
   int32_t kv_begin, kv_len;  // the request's keys
   int32_t q_b, kv_b;         // the tensor maps' batch coordinates of q and of k, v
-  int32_t diag;              // query t sees keys <= t + diag (causal)
+  int32_t diag;              // row t sees keys <= t + diag (causal)
   int j_begin, j_end;        // key tiles j_begin .. j_end - 1
   int32_t full_lo, full_hi;  // keys full_lo .. full_hi - 1 need no mask
 };
 
 // The rest of w from w.b and w.tile.
 template <int kRows, int kKeys>
-XK_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
-  w.q_begin = 0, w.q_len = static_cast<int32_t>(p.q_len);
+XK_HOST_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
+  int32_t q_len = static_cast<int32_t>(p.q_len);
+  w.q_begin = 0;
   if (p.qo_indptr != nullptr) {
     w.q_begin = clamp32(p.qo_indptr[w.b], 0, p.total_q);
-    w.q_len = clamp32(p.qo_indptr[w.b + 1], w.q_begin, p.total_q) - w.q_begin;
+    q_len = clamp32(p.qo_indptr[w.b + 1], w.q_begin, p.total_q) - w.q_begin;
   }
-  // Tiles end at the request's last query: the part-filled one comes first, where a causal mask
-  // leaves it the fewest keys (rows before token 0 are computed on whatever Q holds there, zeros
-  // past the tensor's start, and not written).
-  const int32_t tiles = (w.q_len + kRows - 1) / kRows;
-  w.t_last = w.q_len - 1 - (tiles - 1 - w.tile) * kRows;
-  w.t_first = w.t_last - (kRows - 1);
-  const int32_t t_lo = max(0, w.t_first);  // the first row that is written
+  // The part-filled tile first, where a causal mask leaves it the fewest keys: its rows before
+  // the request are computed on whatever Q holds there (zeros before the tensor's start) and not
+  // written. (Rows, not tokens, keep the tile arithmetic of tiles that start at token 0; with
+  // the tokens themselves ptxas spilled in the persistent kernels' loops.)
+  w.pad = (kRows - q_len % kRows) % kRows;
+  w.q_begin -= w.pad;
+  w.t_first = w.tile * kRows;
+  w.t_last = w.t_first + kRows - 1;
   w.kv_begin = 0, w.kv_len = static_cast<int32_t>(p.kv_len);
   if (p.kv_mode == KvMode::kRagged) {
     w.kv_begin = clamp32(p.kv_indptr[w.b], 0, p.kv_len);
@@ -182,14 +186,14 @@ XK_DEVICE void sm90_item(const Params& p, Sm90Item& w) {
   }
   w.q_b = p.qo_indptr == nullptr ? w.b : 0;
   w.kv_b = p.kv_mode == KvMode::kRagged ? 0 : w.b;
-  w.diag = w.kv_len - w.q_len;
+  w.diag = w.kv_len - q_len - w.pad;  // row r sees keys <= r + diag under a causal mask
   int32_t kv_lo = 0, kv_hi = w.kv_len;
   if (p.causal) kv_hi = max(0, min(kv_hi, w.t_last + w.diag + 1));
-  if (p.window_left >= 0) kv_lo = max(0, t_lo + w.diag - p.window_left);
+  if (p.window_left >= 0) kv_lo = max(0, w.t_first + w.diag - p.window_left);
   w.j_begin = kv_lo / kKeys;
   w.j_end = kv_hi > kv_lo ? (kv_hi + kKeys - 1) / kKeys : w.j_begin;
   w.full_lo = 0, w.full_hi = w.kv_len;
-  if (p.causal) w.full_hi = max(0, min(w.full_hi, t_lo + w.diag + 1));
+  if (p.causal) w.full_hi = max(0, min(w.full_hi, w.t_first + w.diag + 1));
   if (p.window_left >= 0) w.full_lo = w.t_last + w.diag - p.window_left;
 }
 
@@ -626,7 +630,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     for (int half = 0; half < 2; ++half) {
       const float sum = detail::quad_sum(l[half]);
       const int32_t t = w.t_first + r_lo + 8 * half;
-      if (t < 0 || t >= w.q_len) continue;
+      if (t < w.pad) continue;  // before the request
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       T* dst = out + w.b * p.out_stride_b + (static_cast<int64_t>(w.q_begin) + t) * p.out_stride_t +
                w.h * p.out_stride_h;
