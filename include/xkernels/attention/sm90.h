@@ -65,8 +65,8 @@ struct Sm90AttnTile {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
   // v2: the next tile's S = Q K^T and this tile's P V in flight together (see the kernel)
   static constexpr bool kOverlap = kOverlap_;
-  // v4: the two consumer groups issue each step's products in turn (named barriers), so that one
-  // group's softmax runs under the other's products (v2's loop only)
+  // v4: the consumer groups issue each step's products in turn (named barriers), so that one
+  // group's softmax runs under the others' products (v2's loop only)
   static constexpr bool kSched = kSched_ && kOverlap_;
   // v4: a stage's K is given back once its S = Q K^T is done and its V once P V is, on barriers
   // of their own, so that two stages keep v2's loop fed
@@ -96,9 +96,8 @@ struct Sm90AttnTile {
   // slack to align to 1024 (the swizzle's period), Q, the stages, the barriers
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + kBarBytes;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-  static_assert(kKeys == 128 || (kKeys == 176 && kHeadDim == 128) ||
-                    (kKeys == 192 && kHeadDim == 64 && !kOverlap),
-                "128 keys per stage, 176 at head_dim 128, or 192 at head_dim 64 (v1's loop)");
+  static_assert(kKeys == 128 || (kKeys == 176 && kHeadDim == 128),
+                "128 keys per stage, or 176 at head_dim 128");
   static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64),
                 "two consumer groups, or three at head_dim 64");
 };
