@@ -35,6 +35,8 @@
 //   first, so that blocks in flight share keys in L2 (sm90_block_item).
 // - v7 (kConsumers 3, head_dim 64): three consumer groups (192 query rows) take turns on v4's
 //   loop; every version's tiles end at the request's last query (sm90_item).
+// - v8 (head_dim 128): the output in 16-byte stores, after an exchange within each quad of
+//   threads (the epilogue, kWideStores).
 // What the call computes: params.h. The dispatcher (attention.h) sends here the prefill shapes
 // this path covers (head_dim 64 or 128, dense or ragged keys, no split) on sm_90 devices.
 #ifndef XKERNELS_ATTENTION_SM90_H_
@@ -127,6 +129,11 @@ struct Sm90AttnTile {
 // on the way (GPU-a332ba40): v1's loop on 192 rows (s 8192 429 / 441), 192 keys per stage (433 /
 // 435), 4 stages (level on long requests, 5-10% slower on requests of 500-1000 tokens), and tiles
 // from token 0 (b 8 x 1024 causal 293 -> 271: the last tile a third full, and it saw every key).
+// v8 (head_dim 128, both tiles): out written in 16-byte stores (the epilogue). Probe GPU-085c63f6,
+// HEAD and v8 as two binaries alternated twice, TFLOP/s non-causal / causal: b 8 x 1024 GQA 32/8
+// 473 / 387 -> 517 / 406, b 16 x 1024 475 / 394 -> 507 / 412, b 8 x 1024 32 heads 438 / 317 ->
+// 459 / 341, b 2 x 2048 564 / 479 -> 581 / 491, b 8 x 1000 467 / 371 -> 470 / 384; single
+// requests of 4096-16384 tokens level (-1.6% to +2.9%).
 template <int D>
 using Sm90PrefillTile =
     std::conditional_t<D == 64, Sm90AttnTile<64, 2, true, 128, true, true, 0, 3>,
@@ -623,21 +630,61 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     }
     if (!kPersistent || k == 0) pdl_release();
 
-    // ---- out and lse of this thread's two rows (0 and -inf for a row that sees no key)
+    // ---- out and lse of this thread's two rows (0 and -inf for a row that sees no key). The four
+    // threads of a row (c = 0..3) hold columns 2 c, 2 c + 1 of every n8 block. At head_dim 128
+    // (kWideStores) a 4 x 4 exchange of their packed words in each group of four blocks (shuffles
+    // with lanes c ^ 2, then c ^ 1) leaves thread c the 8 columns of block c of the group, written
+    // as one 16-byte store (out's rows are 16-byte aligned: Sm90Unsupported): a warp's store covers
+    // 64 contiguous bytes of each of its 8 rows where a 4-byte store covered 16, in a quarter of
+    // the store instructions and half the L2 sectors. Probe (benchmarks/README.md, sm90 versions):
+    // batches of 1024-token requests 3-9% faster, long ones level; head_dim 64 (three groups at
+    // 160 registers) lost 1-4% with it, and keeps the 4-byte stores.
+    constexpr bool kWideStores = kD == 128;
     T* out = static_cast<T*>(p.out);
+    const bool c_hi = (c & 2) != 0, c_lo = (c & 1) != 0;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = detail::quad_sum(l[half]);
       const int32_t t = w.t_first + r_lo + 8 * half;
-      if (t < w.pad) continue;  // before the request
+      if constexpr (!kWideStores) {
+        if (t < w.pad) continue;  // before the request
+      }
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       T* dst = out + w.b * p.out_stride_b + (static_cast<int64_t>(w.q_begin) + t) * p.out_stride_t +
                w.h * p.out_stride_h;
+      if constexpr (kWideStores) {
 #pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * c) =
-            mma::pack2<T>(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+        for (int g4 = 0; g4 < kD / 32; ++g4) {
+          uint32_t a[4];  // this thread's columns of blocks 4 g4 .. 4 g4 + 3
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int n = 4 * g4 + j;
+            a[j] = mma::pack2<T>(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+          }
+          // with c ^ 2: keep blocks 2 c_hi, 2 c_hi + 1, give the other two
+          const uint32_t k0 = c_hi ? a[2] : a[0], k1 = c_hi ? a[3] : a[1];
+          const uint32_t r0 = __shfl_xor_sync(0xffffffffu, c_hi ? a[0] : a[2], 2);
+          const uint32_t r1 = __shfl_xor_sync(0xffffffffu, c_hi ? a[1] : a[3], 2);
+          // with c ^ 1: keep block 2 c_hi + c_lo (this thread's and c ^ 2's columns of it)
+          const uint32_t m0 = c_lo ? k1 : k0, m2 = c_lo ? r1 : r0;
+          const uint32_t m1 = __shfl_xor_sync(0xffffffffu, c_lo ? k0 : k1, 1);
+          const uint32_t m3 = __shfl_xor_sync(0xffffffffu, c_lo ? r0 : r1, 1);
+          // m_x holds thread c ^ x's columns, which go to word c ^ x
+          const uint32_t e0 = c_lo ? m1 : m0, e1 = c_lo ? m0 : m1;  // words 2 c_hi, 2 c_hi + 1
+          const uint32_t e2 = c_lo ? m3 : m2, e3 = c_lo ? m2 : m3;  // the other two
+          if (t >= w.pad) {  // (rows before the request are not written)
+            const uint4 v = c_hi ? make_uint4(e2, e3, e0, e1) : make_uint4(e0, e1, e2, e3);
+            *reinterpret_cast<uint4*>(dst + 8 * (4 * g4 + c)) = v;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+          *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * c) =
+              mma::pack2<T>(o[4 * n + 2 * half] * inv, o[4 * n + 2 * half + 1] * inv);
+        }
       }
+      if (t < w.pad) continue;  // (kWideStores: after the shuffles, which every lane takes)
       if (c == 0 && p.lse != nullptr) {
         const float lse2 = sum > 0.f ? m[half] * scale2 + math::lg2_approx(sum) : -math::kInf;
         p.lse[w.b * p.lse_stride_b + (static_cast<int64_t>(w.q_begin) + t) * p.lse_stride_t + w.h] =
@@ -661,6 +708,11 @@ inline const char* Sm90Unsupported(const Params& p) {
   if (p.num_splits != 1) return "the sm90 kernel does not split keys (num_splits must be 1)";
   for (const void* ptr : {p.q, p.k, p.v}) {
     if (!is_aligned(ptr, 16)) return "the sm90 kernel needs q, k and v 16-byte aligned";
+  }
+  // its 16-byte stores of out's rows (the bindings check out this way; other callers may not)
+  if (!is_aligned(p.out, 16) || p.out_stride_t % 8 != 0 || p.out_stride_h % 8 != 0 ||
+      (p.qo_indptr == nullptr && p.batch > 1 && p.out_stride_b % 8 != 0)) {
+    return "the sm90 kernel needs out 16-byte aligned, its strides multiples of 8 elements";
   }
   // the strides the tensor maps use (a batch of one has no batch stride to speak of)
   const bool batched = p.qo_indptr == nullptr && p.batch > 1;
