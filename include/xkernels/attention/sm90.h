@@ -709,8 +709,11 @@ inline const char* Sm90Unsupported(const Params& p) {
   for (const void* ptr : {p.q, p.k, p.v}) {
     if (!is_aligned(ptr, 16)) return "the sm90 kernel needs q, k and v 16-byte aligned";
   }
-  // its 16-byte stores of out's rows (the bindings check out this way; other callers may not)
-  if (!is_aligned(p.out, 16) || p.out_stride_t % 8 != 0 || p.out_stride_h % 8 != 0 ||
+  // its 16-byte stores of out's rows (as the bindings check out: strides of dimensions of one
+  // element do not count; other callers may not check)
+  const int64_t out_rows = p.qo_indptr == nullptr ? p.q_len : p.total_q;
+  if (!is_aligned(p.out, 16) || (out_rows > 1 && p.out_stride_t % 8 != 0) ||
+      (p.num_qo_heads > 1 && p.out_stride_h % 8 != 0) ||
       (p.qo_indptr == nullptr && p.batch > 1 && p.out_stride_b % 8 != 0)) {
     return "the sm90 kernel needs out 16-byte aligned, its strides multiples of 8 elements";
   }
