@@ -5,8 +5,9 @@
 // after a slower one, such as the cp.async kernel, runs up to 11% faster at s 8192 than the same
 // kernel elsewhere in the round, so a fixed rotation biased the version after it; even shuffled,
 // the same kernel twice in one run can differ by 2-4% at s 8192). PROBE_ROUNDS=n: n rounds;
-// PROBE_D=128 (or 64): that head_dim's shapes only. For kernel work on the device, before the
-// tests:
+// PROBE_D=128 (or 64): that head_dim's shapes only; PROBE_SM80=1: the cp.async kernel alone, and
+// a hash of its output's bits (to compare two builds of it). For kernel work on the device, before
+// the tests:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/attention_probe.cu -o /tmp/attention_probe && /tmp/attention_probe
@@ -120,7 +121,8 @@ int main() {
       float err[kVersions] = {};
       cudaGraphExec_t graphs[kVersions];
       const int calls = 20;  // per graph
-      for (int vi = 0; vi < kVersions; ++vi) {
+      const int nver = std::getenv("PROBE_SM80") ? 1 : kVersions;  // the cp.async kernel alone
+      for (int vi = 0; vi < nver; ++vi) {
         const Launch f = sh.d == 128 ? versions[vi].d128 : versions[vi].d64;
         p.out = vi == 0 ? ref : out;
         CHECK(cudaMemsetAsync(p.out, 0xFF, nq * 2, stream));  // poison: NaN
@@ -139,16 +141,25 @@ int main() {
         CHECK(cudaGraphDestroy(g));
         CHECK(cudaGraphLaunch(graphs[vi], stream));  // warm-up
       }
+      if (std::getenv("PROBE_SM80")) {  // the output's bits, to compare builds
+        std::vector<uint16_t> h(nq);
+        CHECK(cudaMemcpy(h.data(), ref, nq * 2, cudaMemcpyDeviceToHost));
+        uint64_t x = 1469598103934665603ull;
+        for (uint16_t e : h) x = (x ^ e) * 1099511628211ull;
+        std::printf("b=%d s=%d hq=%d hkv=%d d=%d causal=%d output hash %016llx\n", sh.b, sh.s,
+                    sh.hq, sh.hkv, sh.d, causal, static_cast<unsigned long long>(x));
+      }
       std::vector<float> us[kVersions];
       const int kRounds = std::getenv("PROBE_ROUNDS") ? std::atoi(std::getenv("PROBE_ROUNDS")) : 8;
       std::vector<int> order(kVersions);
       std::mt19937 rng(12345);
       for (int n = 0; n < kVersions; ++n) order[n] = n;
+      order.resize(nver);
       for (int round = 0; round < kRounds; ++round) {  // versions interleaved: clocks drift alike
-        for (int n = kVersions - 1; n > 0; --n) {  // shuffled: no version always follows another
+        for (int n = nver - 1; n > 0; --n) {  // shuffled: no version always follows another
           std::swap(order[n], order[rng() % (n + 1)]);
         }
-        for (int n = 0; n < kVersions; ++n) {
+        for (int n = 0; n < nver; ++n) {
           const int vi = order[n];
           for (int r = 0; r < 2; ++r) {
             CHECK(cudaEventRecord(e0, stream));
@@ -161,7 +172,7 @@ int main() {
           }
         }
       }
-      for (int vi = 0; vi < kVersions; ++vi) {
+      for (int vi = 0; vi < nver; ++vi) {
         std::sort(us[vi].begin(), us[vi].end());
         const float t = us[vi][us[vi].size() / 2];
         std::printf(

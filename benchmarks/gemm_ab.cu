@@ -6,10 +6,12 @@
 // tile variants called directly; each variant's output (NaN-poisoned before) against the
 // first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only;
 // AB_SET=mid / mid8: bf16 / e4m3 row-wise at mid-sized m against the dispatch before the sized
-// swapped tiles ("old") and cuBLAS (bf16); mid2: n of 24-56 weight tiles, where SwapSizedN does
-// not take the sized tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row tiles of
-// 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k: that shape
-// only.
+// swapped tiles ("old") and cuBLAS (bf16), with the call as the adapters make it ("lib":
+// PlanSplits' split; "dp" and "sk" are unsplit); mid2: n of 24-56 weight tiles, where SwapSizedN
+// does not take the sized tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row
+// tiles of 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k:
+// that shape only; AB_ROT=1: each timed call on the next of several copies of b (150 MB or more
+// in all, so that the weights come from memory).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -175,6 +177,19 @@ int main() {
     CHECK(cudaMalloc(&out, (int64_t)s.m * s.n * 2));
     FillB<<<1024, 256>>>(a, (int64_t)s.m * s.k * eb, 1);
     FillB<<<1024, 256>>>(b, (int64_t)s.n * (s.act >= 0 ? 2 : 1) * s.k * eb, 2);
+    // AB_ROT: b (the weights) rotates over copies covering at least 3 x 50 MB, so that each
+    // call reads its weights from memory as a model's layers do (else they stay in the L2)
+    std::vector<uint8_t*> bsets;
+    if (std::getenv("AB_ROT") != nullptr) {
+      const int64_t bytes = (int64_t)s.n * (s.act >= 0 ? 2 : 1) * s.k * eb;
+      const int64_t copies = std::max<int64_t>(3, (150ll << 20) / bytes + 1);
+      for (int64_t c = 0; c < copies; ++c) {
+        uint8_t* x;
+        CHECK(cudaMalloc(&x, bytes));
+        FillB<<<1024, 256>>>(x, bytes, 3 + (uint32_t)c);
+        bsets.push_back(x);
+      }
+    }
     const int kb = (s.k + 127) / 128;
     const int64_t nsa = (int64_t)s.m * kb, nsb = (int64_t)std::max(s.n, s.m) * kb;
     CHECK(cudaMalloc(&sa, nsa * 4));
@@ -226,6 +241,13 @@ int main() {
                         return gemm::LaunchSwapSizedN<B16, B16>(nt, q, 0, props);
                       }});
       }
+    }
+    if (set && std::string(set).rfind("mid", 0) == 0) {  // as the adapters call it
+      vs.push_back({"lib", [ws](Params q) {
+                      q.workspace = ws;
+                      CHECK(gemm::PlanSplits(q, &q.splits));
+                      return gemm::Gemm(q, 0);
+                    }});
     }
     if (set && (std::string(set) == "mid" || std::string(set) == "mid2")) {
       static Cublas cublas;
@@ -324,7 +346,11 @@ int main() {
         const size_t i = (i0 + r) % vs.size();
         CHECK(vs[i].second(p));
         CHECK(cudaEventRecord(e0));
-        for (int q = 0; q < reps; ++q) CHECK(vs[i].second(p));
+        for (int q = 0; q < reps; ++q) {
+          Params pq = p;
+          if (!bsets.empty()) pq.b = bsets[q % bsets.size()];
+          CHECK(vs[i].second(pq));
+        }
         CHECK(cudaEventRecord(e1));
         CHECK(cudaEventSynchronize(e1));
         float ms;
@@ -349,6 +375,7 @@ int main() {
     printf("\n");
     cudaFree(a);
     cudaFree(b);
+    for (uint8_t* x : bsets) cudaFree(x);
     cudaFree(out);
     cudaFree(sa);
     cudaFree(sb);
