@@ -11,7 +11,8 @@
 // does not take the sized tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row
 // tiles of 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k:
 // that shape only; AB_ROT=1: each timed call on the next of several copies of b (150 MB or more
-// in all, so that the weights come from memory).
+// in all, so that the weights come from memory); gap: bf16 shapes of m 160-384 where cuBLAS led
+// by 15-50% (2026-11-28), every 16-bit tile forced (splits 1-4, sized swapped a-tiles).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -125,7 +126,8 @@ int main() {
       {4096, 14336, 4096, Elem::kBF16, Scale::kNone, 0},
   };
   float* ws;
-  const int64_t wsn = std::max<int64_t>((int64_t)props.sm_count * (128 * 256 + 2), 2 * 576 * 8192);
+  const int64_t wsn = std::max<int64_t>({(int64_t)props.sm_count * (128 * 256 + 2), 2 * 576 * 8192,
+                                         4ll * 384 * 28672});  // (gap: 4 splits of 384 x 28672)
   CHECK(cudaMalloc(&ws, wsn * 4));
   CHECK(cudaMemset(ws, 0, wsn * 4));
   const char* set = std::getenv("AB_SET");
@@ -152,6 +154,16 @@ int main() {
     for (int m : {192, 256, 300, 320}) shapes.push_back({m, 8192, 8192, Elem::kBF16, Scale::kNone});
     for (int m : {384, 512}) shapes.push_back({m, 2048, 4096, Elem::kBF16, Scale::kNone});
     shapes.push_back({320, 6144, 4096, Elem::kBF16, Scale::kNone});
+  }
+  if (set && std::string(set) == "gap") {  // bf16 mid-sized m where cuBLAS leads by 15-50%
+    shapes.clear();
+    for (int m : {160, 192, 200, 320, 384}) {
+      shapes.push_back({m, 4096, 4096, Elem::kBF16, Scale::kNone});
+    }
+    for (int m : {192, 256, 384}) shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
+    for (int m : {320, 384}) shapes.push_back({m, 28672, 4096, Elem::kBF16, Scale::kNone});
+    shapes.push_back({320, 4096, 14336, Elem::kBF16, Scale::kNone});
+    shapes.push_back({384, 2048, 4096, Elem::kBF16, Scale::kNone});
   }
   if (set && std::string(set) == "fp8t") {  // e4m3 tile shapes (cuBLASLt's: 144 x 128, 128 x 128)
     shapes.clear();
@@ -242,14 +254,43 @@ int main() {
                       }});
       }
     }
-    if (set && std::string(set).rfind("mid", 0) == 0) {  // as the adapters call it
+    if (set && (std::string(set).rfind("mid", 0) == 0 || std::string(set) == "gap")) {
+      // as the adapters call it
       vs.push_back({"lib", [ws](Params q) {
                       q.workspace = ws;
                       CHECK(gemm::PlanSplits(q, &q.splits));
                       return gemm::Gemm(q, 0);
                     }});
     }
-    if (set && (std::string(set) == "mid" || std::string(set) == "mid2")) {
+    if (set && std::string(set) == "gap") {
+      // every 16-bit tile of the dispatch forced, unsplit and split 2-4 (split-K through the
+      // workspace, reduced by the second kernel), and the sized swapped tiles at each a-tile size
+      auto forced = [ws, &props](auto tile, int splits) {
+        using Tl = decltype(tile);
+        return [ws, &props, splits](Params q) {
+          q.workspace = ws;
+          q.splits = splits;
+          q.stream_k = splits == 1;
+          return gemm::LaunchSm90<Tl, B16>(q, 0, props);
+        };
+      };
+      for (int sp = 1; sp <= 4; ++sp) {
+        const std::string t = sp == 1 ? "" : "/" + std::to_string(sp);
+        vs.push_back({"mid" + t, forced(gemm::Sm90Mid<B16>{}, sp)});
+        vs.push_back({"swap" + t, forced(gemm::Sm90Swap192<B16>{}, sp)});
+        if (sp <= 2) vs.push_back({"large" + t, forced(gemm::Sm90Large<B16>{}, sp)});
+      }
+      vs.push_back({"w192", forced(gemm::Sm90Wide192<B16>{}, 1)});
+      vs.push_back({"slim", forced(gemm::Sm90Slim<B16>{}, 1)});
+      for (const int nt : gemm::SizeList(gemm::SwapSizes{})) {
+        if (nt * 8 < s.m || nt >= s.m + 48) continue;  // up to 8 a-tiles, at most one too many
+        vs.push_back({"sw" + std::to_string(nt), [nt, &props](Params q) {
+                        return gemm::LaunchSwapSizedN<B16, B16>(nt, q, 0, props);
+                      }});
+      }
+    }
+    if (set && (std::string(set) == "mid" || std::string(set) == "mid2" ||
+                std::string(set) == "gap")) {
       static Cublas cublas;
       if (cublas.gemm != nullptr) vs.push_back({"cublas", [](Params q) { return cublas(q); }});
       // the dispatch before the sized swapped tiles: TileGrid's tile and PlanSplits' split
