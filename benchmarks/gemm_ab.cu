@@ -59,12 +59,14 @@ __global__ void MaxDiff(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t 
   atomicMax(r, __float_as_uint(d));
 }
 using L = std::function<cudaError_t(Params)>;
-// A tile variant called directly, with the workspace and stream-K as dispatched, bf16 out.
+// A tile variant called directly, with the workspace and stream-K as dispatched (or split-K into
+// `splits`), bf16 out.
 template <class Tl>
-L Direct(float* ws, const DeviceProps& props) {
-  return [ws, &props](Params q) {
+L Direct(float* ws, const DeviceProps& props, int splits = 1) {
+  return [ws, &props, splits](Params q) {
     q.workspace = ws;
-    q.stream_k = true;
+    q.splits = splits;
+    q.stream_k = splits == 1;
     return gemm::LaunchSm90<Tl, __nv_bfloat16>(q, 0, props);
   };
 }
@@ -265,23 +267,14 @@ int main() {
     if (set && std::string(set) == "gap") {
       // every 16-bit tile of the dispatch forced, unsplit and split 2-4 (split-K through the
       // workspace, reduced by the second kernel), and the sized swapped tiles at each a-tile size
-      auto forced = [ws, &props](auto tile, int splits) {
-        using Tl = decltype(tile);
-        return [ws, &props, splits](Params q) {
-          q.workspace = ws;
-          q.splits = splits;
-          q.stream_k = splits == 1;
-          return gemm::LaunchSm90<Tl, B16>(q, 0, props);
-        };
-      };
       for (int sp = 1; sp <= 4; ++sp) {
         const std::string t = sp == 1 ? "" : "/" + std::to_string(sp);
-        vs.push_back({"mid" + t, forced(gemm::Sm90Mid<B16>{}, sp)});
-        vs.push_back({"swap" + t, forced(gemm::Sm90Swap192<B16>{}, sp)});
-        if (sp <= 2) vs.push_back({"large" + t, forced(gemm::Sm90Large<B16>{}, sp)});
+        vs.push_back({"mid" + t, Direct<gemm::Sm90Mid<B16>>(ws, props, sp)});
+        vs.push_back({"swap" + t, Direct<gemm::Sm90Swap192<B16>>(ws, props, sp)});
+        if (sp <= 2) vs.push_back({"large" + t, Direct<gemm::Sm90Large<B16>>(ws, props, sp)});
       }
-      vs.push_back({"w192", forced(gemm::Sm90Wide192<B16>{}, 1)});
-      vs.push_back({"slim", forced(gemm::Sm90Slim<B16>{}, 1)});
+      vs.push_back({"w192", Direct<gemm::Sm90Wide192<B16>>(ws, props)});
+      vs.push_back({"slim", Direct<gemm::Sm90Slim<B16>>(ws, props)});
       for (const int nt : gemm::SizeList(gemm::SwapSizes{})) {
         if (nt * 8 < s.m || nt >= s.m + 48) continue;  // up to 8 a-tiles, at most one too many
         vs.push_back({"sw" + std::to_string(nt), [nt, &props](Params q) {
