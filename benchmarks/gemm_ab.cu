@@ -12,7 +12,10 @@
 // tiles of 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k:
 // that shape only; AB_ROT=1: each timed call on the next of several copies of b (150 MB or more
 // in all, so that the weights come from memory); gap: bf16 shapes of m 160-384 where cuBLAS led
-// by 15-50% (2026-11-28), every 16-bit tile forced (splits 1-4, sized swapped a-tiles).
+// by 15-50% (2026-11-28), every 16-bit tile forced (splits 1-4, sized swapped a-tiles, the
+// one-group swapped tiles "h<rows>"); gap2 / gap3: m 136-1024 / 96-128 over n 1024-8192, the
+// one-group swapped tiles at each size whose grid fits one round (and split in two) and plain
+// 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -96,6 +99,36 @@ struct Cublas {
     return r == 0 ? cudaSuccess : cudaErrorUnknown;
   }
 };
+template <int... kN>
+void AddHalf(std::vector<std::pair<std::string, L>>& vs, int m, int n, float* ws,
+             const DeviceProps& props, std::integer_sequence<int, kN...>) {
+  auto one = [&](auto tag) {
+    constexpr int N = decltype(tag)::value;
+    const int64_t at = (m + N - 1) / N, ctas = (n + 63) / 64 * (at + at % 2);
+    if (at > 8 || N >= m + 48 || ctas > props.sm_count) return;
+    using Tl = gemm::Sm90SwapHalf<__nv_bfloat16, N>;
+    vs.push_back({"h" + std::to_string(N), Direct<Tl>(ws, props)});
+    if (2 * ctas <= props.sm_count) {
+      vs.push_back({"h" + std::to_string(N) + "/2", Direct<Tl>(ws, props, 2)});
+    }
+  };
+  (one(std::integral_constant<int, kN>{}), ...);
+}
+// Plain tiles of 128 rows of a and kN weight rows, unclustered, where their grid is one round
+// covering at least half the SMs (gap2 set; cuBLAS's 128 x 96 and 128 x 144 at n 6144)
+template <int... kN>
+void AddWide(std::vector<std::pair<std::string, L>>& vs, int m, int n, float* ws,
+             const DeviceProps& props, std::integer_sequence<int, kN...>) {
+  auto one = [&](auto tag) {
+    constexpr int N = decltype(tag)::value;
+    const int64_t tiles = (m + 127) / 128 * ((n + N - 1) / N);
+    if (tiles > props.sm_count || 2 * tiles < props.sm_count) return;
+    constexpr int kSt = (232448 - 1024 - 24576 - 256) / (16384 + N * 128);
+    using Tl = gemm::Sm90Tile<__nv_bfloat16, 2, N, (kSt < 6 ? kSt : 6), false, 1>;
+    vs.push_back({"w" + std::to_string(N), Direct<Tl>(ws, props)});
+  };
+  (one(std::integral_constant<int, kN>{}), ...);
+}
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
@@ -166,6 +199,29 @@ int main() {
     for (int m : {320, 384}) shapes.push_back({m, 28672, 4096, Elem::kBF16, Scale::kNone});
     shapes.push_back({320, 4096, 14336, Elem::kBF16, Scale::kNone});
     shapes.push_back({384, 2048, 4096, Elem::kBF16, Scale::kNone});
+  }
+  if (set && std::string(set) == "gap2") {  // fitting the one-group swapped and 128 x n tiles
+    shapes.clear();
+    for (int m : {136, 160, 176, 224, 256, 288, 352, 384, 416}) {
+      shapes.push_back({m, 4096, 4096, Elem::kBF16, Scale::kNone});
+    }
+    for (int m : {160, 256, 384}) shapes.push_back({m, 4096, 14336, Elem::kBF16, Scale::kNone});
+    for (int m : {160, 256, 384, 512, 640}) {
+      shapes.push_back({m, 2048, 4096, Elem::kBF16, Scale::kNone});
+    }
+    for (int m : {256, 512, 1024}) shapes.push_back({m, 1024, 4096, Elem::kBF16, Scale::kNone});
+    for (int m : {256, 320, 384, 512}) shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
+    for (int m : {256, 384}) shapes.push_back({m, 5120, 5120, Elem::kBF16, Scale::kNone});
+    for (int m : {192, 256, 384}) shapes.push_back({m, 8192, 8192, Elem::kBF16, Scale::kNone});
+  }
+  if (set && std::string(set) == "gap3") {  // the one-group swapped tiles at decode batches
+    shapes.clear();
+    for (int m : {96, 128}) {
+      for (auto nk : {std::pair<int, int>{4096, 4096}, {6144, 4096}, {4096, 14336}, {2048, 4096},
+                      {1024, 4096}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
   }
   if (set && std::string(set) == "fp8t") {  // e4m3 tile shapes (cuBLASLt's: 144 x 128, 128 x 128)
     shapes.clear();
@@ -256,7 +312,7 @@ int main() {
                       }});
       }
     }
-    if (set && (std::string(set).rfind("mid", 0) == 0 || std::string(set) == "gap")) {
+    if (set && (std::string(set).rfind("mid", 0) == 0 || std::string(set).rfind("gap", 0) == 0)) {
       // as the adapters call it
       vs.push_back({"lib", [ws](Params q) {
                       q.workspace = ws;
@@ -280,10 +336,30 @@ int main() {
         vs.push_back({"sw" + std::to_string(nt), [nt, &props](Params q) {
                         return gemm::LaunchSwapSizedN<B16, B16>(nt, q, 0, props);
                       }});
+        // split in two where the unsplit clusters fill at most half the SMs
+        if (ceil_div(s.n, 128) * ceil_div(s.m, nt) * 2 <= props.sm_count) {
+          vs.push_back({"sw" + std::to_string(nt) + "/2", [nt, ws, &props](Params q) {
+                          q.workspace = ws;
+                          q.splits = 2;
+                          return gemm::LaunchSwapSizedN<B16, B16>(nt, q, 0, props);
+                        }});
+        }
+      }
+    }
+    if (set && std::string(set).rfind("gap", 0) == 0) {
+      AddHalf(vs, s.m, s.n, ws, props, gemm::SwapHalfSizes{});
+      if (std::string(set) == "gap") {
+        // tiles of cuBLAS's n 144 (a's rows on the wgmma's m side, 128 or 64 of them), unclustered
+        vs.push_back({"n144", Direct<gemm::Sm90Tile<B16, 2, 144, 5, false, 1>>(ws, props)});
+        vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
+        vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
+      } else {
+        AddWide(vs, s.m, s.n, ws, props,
+                std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
     }
     if (set && (std::string(set) == "mid" || std::string(set) == "mid2" ||
-                std::string(set) == "gap")) {
+                std::string(set).rfind("gap", 0) == 0)) {
       static Cublas cublas;
       if (cublas.gemm != nullptr) vs.push_back({"cublas", [](Params q) { return cublas(q); }});
       // the dispatch before the sized swapped tiles: TileGrid's tile and PlanSplits' split

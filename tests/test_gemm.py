@@ -9,6 +9,9 @@ from JAX): test_gemm_adapters.py; here the numbers."""
 from __future__ import annotations
 
 import functools
+import subprocess
+import tempfile
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -57,6 +60,8 @@ NP_F8 = np.dtype(ml_dtypes.float8_e4m3fn)
 
 HOST_NK = {1: (200, 328), 7: (200, 328), 64: (200, 328), 100: (136, 264), 1000: (72, 136)}
 HOST_NK8 = {1: (208, 336), 7: (208, 336), 64: (208, 336), 100: (144, 272), 1000: (80, 144)}
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GEMM_VARIANTS = {
     "plain": {},
@@ -598,7 +603,8 @@ def test_gpu_gemm_wide192(dtype, variant):
 # runs, m and n off every tile edge, so that the last row of tiles starts at m - 128 (sm90.h, Unit:
 # a group's rows all the tile above's, skipped; some of them, element stores from m_lo; none, TMA
 # stores), for the swapped tiles on the kernel's side (n 8200: 8200 % 128 = 8):
-# - 128 x 128, split in two: m 136 (its last tile's group 0 skipped, group 1 straddling);
+# - 128 x 128, split in two: m 136 x 1800 (its last tile's group 0 skipped, group 1 straddling;
+#   n 1800 is 29 weight tiles of 64 rows, too few for the one-group swapped tiles below);
 # - 128 x 128 whole: m 143 x 8200;
 # - 128 x 128 with stream-K: m 339 x 12296 x 2056 (group 0 straddling, group 1 by TMA);
 # - 64 x 256: m 269 x 6152;
@@ -609,7 +615,7 @@ def test_gpu_gemm_wide192(dtype, variant):
 # host) in four of them; and gated products (not swapped: 128 x 128 tiles of 2n columns) split in
 # two (136 x 1032), whole (143 x 4104) and with stream-K (521 x 4104 x 4104).
 MID_SHAPES = {
-    "mid-split": (136, 2056, 1000),
+    "mid-split": (136, 1800, 1000),
     "mid-whole": (143, 8200, 1000),
     "mid-sk": (339, 12296, 2056),
     "slim": (269, 6152, 1000),
@@ -631,17 +637,16 @@ def test_gpu_gemm_mid(dtype, shape, variant):
                     **GEMM_VARIANTS[variant]))
 
 
-# The swapped tiles sized to m (gemm.h's SwapSizedN on the H100's 132 SMs: 16-bit outputs, 32
-# weight tiles of 128 rows and 4 a-tiles of n_t rows, in clusters of 2 that share the weights'
-# tile), each n_t the dispatcher takes: 48 (m 192, whole tiles), 64 (m 250: TMA stores, the last
-# tile 58 rows), 80 (m 300: element stores, a partial last tile), 112 (m 440 x n 3976: 8 rows past
-# a whole weight tile), 128 (m 512), 144 (m 570); and over 63 weight tiles in 2 a-tiles, 96 (m 192
-# x n 8000) and 160 (m 320 x n 8000). k 1000 leaves a partial k block; n 4000 a partial weight
-# tile. Every variant: those with fp32 outputs or b as [k, n] take other tiles, the forced split
-# runs the clusters in splits.
-SIZED_SHAPES = {48: (192, 4000, 1000), 64: (250, 4000, 1000), 80: (300, 4000, 1000),
-                112: (440, 3976, 1000), 128: (512, 4000, 1000), 144: (570, 4000, 1000),
-                96: (192, 8000, 1000), 160: (320, 8000, 1000)}
+# The swapped tiles sized to m (gemm.h's SwapSizedN on the H100's 132 SMs: 32 weight tiles of 128
+# rows and 4 a-tiles of n_t rows, or 63 of them and 2 a-tiles, in clusters of 2 that share the
+# weights' tile), each n_t the dispatcher takes for 16-bit inputs (48, 64 and 80 at n 4000 went to
+# the one-group tiles below): 80 (m 150 x n 8000: element stores, a partial last tile), 96 (m 192 x
+# n 8000), 112 (m 440 x n 3976: 8 rows past a whole weight tile), 128 (m 512: TMA stores), 144 (m
+# 570), 160 (m 320 x n 8000). k 1000 leaves a partial k block; n 4000 a partial weight tile. Every
+# variant: those with fp32 outputs or b as [k, n] take other tiles, the forced split runs the
+# clusters in splits.
+SIZED_SHAPES = {80: (150, 8000, 1000), 96: (192, 8000, 1000), 112: (440, 3976, 1000),
+                128: (512, 4000, 1000), 144: (570, 4000, 1000), 160: (320, 8000, 1000)}
 
 
 @gpu
@@ -654,14 +659,72 @@ def test_gpu_gemm_swap_sized(dtype, n_t, variant):
                     **GEMM_VARIANTS[variant]))
 
 
-# e4m3 on the same tiles (per-tensor and per-row scales follow their operands through the swap;
-# 16-bit outputs): n_t 48, 64, 80, 144 and 160 at k 1008 (a partial k block of 128), every
-# variant (fp32 outputs and block scales take other tiles).
+# The one-group swapped tiles (gemm.h's SwapHalfPlan on 132 SMs: 16-bit, weight tiles of 64 rows,
+# t = 2-8 a-tiles of 48-192 rows in clusters of 2 sharing the weight tile), each form: 48 rows (m
+# 96 x n 4000: m <= 128, 63 weight tiles, a partial one), 64 (m 500 x n 1000: t = 8, TMA stores),
+# 80 (m 150 x n 4000: element stores, a partial last a-tile), 80 in five tiles (m 400 x n 1400, t
+# = 6: a cluster's second block past the last tile loads zeros and writes nothing), 80 split in
+# two (m 130 x n 2000: 32 weight tiles), 128 (m 250 x n 4040: TMA stores, 8 rows past a whole
+# weight tile), 192 (m 380 x n 4104: 65 weight tiles, 130 blocks). Every variant, as above.
+HALF_SHAPES = {"48": (96, 4000, 1000), "64-t8": (500, 1000, 1000), "80": (150, 4000, 1000),
+               "80-odd": (400, 1400, 1000), "80-split": (130, 2000, 1000),
+               "128": (250, 4040, 1000), "192": (380, 4104, 1000)}
+
+
+def test_mid_shapes_reach_their_tiles():
+    """The tile each mid-sized GPU test shape above is written for, as gemm.h's dispatcher chooses
+    it on an H100's 132 SMs (tests/gemm_tiles.cu, built with nvcc and run on the host): a rule
+    that moves a shape to another tile fails here, not silently in the GPU tests' coverage."""
+    from xkernels import _toolchain
+
+    nvcc = _toolchain.find_nvcc()
+    if nvcc is None:
+        pytest.skip("needs nvcc")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "gemm_tiles"
+        subprocess.run([str(nvcc), "-std=c++17", "-arch=sm_90a", "-I", str(ROOT / "include"),
+                        str(ROOT / "tests/gemm_tiles.cu"), "-o", str(exe)], check=True)
+        want = {**{(m, n, k): ("mid", 128, 128, 1) for m, n, k in (MID_SHAPES["mid-split"],
+                                                                   MID_SHAPES["mid-whole"],
+                                                                   MID_SHAPES["mid-sk"])},
+                MID_SHAPES["slim"]: ("slim", 64, 256, 1),
+                **{MID_SHAPES[s]: ("swap192", 192, 128, 1) for s in ("swap-whole", "swap-split",
+                                                                    "swap-sk")},
+                **{shape: ("swap-sized", n_t, 128, 1) for n_t, shape in SIZED_SHAPES.items()},
+                **{shape: ("swap-half", int(name.split("-")[0]), 64,
+                           2 if name.endswith("split") else 1)
+                   for name, shape in HALF_SHAPES.items()}}
+        res = subprocess.run([str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in want),
+                             capture_output=True, text=True, check=True)
+    got = [tuple(int(x) if x.isdigit() else x for x in line.split())
+           for line in res.stdout.splitlines()]
+    assert dict(zip(want, got)) == want
+
+
+@gpu
+@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
+@pytest.mark.parametrize("n_t", list(HALF_SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_swap_half(dtype, n_t, variant):
+    m, n, k = HALF_SHAPES[n_t]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpuhalf", dtype, n_t, variant),
+                    **GEMM_VARIANTS[variant]))
+
+
+# e4m3 on the sized tiles (per-tensor and per-row scales follow their operands through the swap;
+# 16-bit outputs; e4m3 does not take the one-group tiles): n_t 48 (m 192 x n 4000), 64 (m 250:
+# TMA stores, the last tile 58 rows), 80 (m 300: element stores, a partial last tile), 144 and
+# 160 at k 1008 (a partial k block of 128), every variant (fp32 outputs and block scales take
+# other tiles).
+FP8_SIZED_SHAPES = {48: (192, 4000), 64: (250, 4000), 80: (300, 4000), 144: (570, 4000),
+                    160: (320, 8000)}
+
+
 @gpu
 @pytest.mark.parametrize("variant", list(FP8_VARIANTS))
-@pytest.mark.parametrize("n_t", [48, 64, 80, 144, 160])
+@pytest.mark.parametrize("n_t", list(FP8_SIZED_SHAPES))
 def test_gpu_gemm_fp8_swap_sized(n_t, variant):
-    m, n, _ = SIZED_SHAPES[n_t]
+    m, n = FP8_SIZED_SHAPES[n_t]
     check(fp8_case(m, n, 1008, "cuda", seed_of("gpusized8", n_t, variant),
                    **FP8_VARIANTS[variant]))
 

@@ -60,7 +60,8 @@ using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
 // 1216-1293 -> 1251-1293, block 887-902 -> 871-876) keeps single blocks.
 template <typename T>
 using Sm90Large = Sm90Tile<T, 2, 256, 4, false, sizeof(T) == 2 ? 2 : 1>;
-// 64 < m <= 128: 128 x 128 tiles, twice Sm90Large's count, so that a batch of decode tokens
+// 64 < m <= 128 where SwapHalfPlan does not take the one-group swapped tiles below: 128 x 128
+// tiles, twice Sm90Large's count, so that a batch of decode tokens
 // spreads the weight reads over more SMs with fewer k splits (H100, m 128, Llama 3 8B's layer:
 // 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)
 template <typename T>
@@ -107,6 +108,20 @@ constexpr std::array<int, sizeof...(kN)> SizeList(std::integer_sequence<int, kN.
 }
 template <typename T, int kN>
 using Sm90SwapSized = Sm90Tile<T, 2, kN, SwapSizedStages(kN), false, 2, false, true, true>;
+// 16-bit m > 64 whose weights span at most sms / 2 tiles of 64 rows (n up to 4224 on the H100):
+// Sm90SwapSized with one consumer group, a tile of 64 weight rows by kN (48-192) rows of a in
+// clusters of 2 on the same weight rows, so that a grid of twice as many blocks fills the SMs
+// in one round where 128-row weight tiles filled half of them or needed 4 thin a-tiles (cuBLAS
+// runs 64 x 80 .. 64 x 104 tiles at m 160-200, n 4096). As many stages as fit, at most 12.
+// SwapHalfPlan says where, with what it measured.
+constexpr int SwapHalfStages(int n) {
+  const int c = n % 64 != 0 ? 0 : (n * 128 > 8192 ? n * 128 : 8192);  // (Sm90Tile's kCBytes)
+  const int s = (232448 - 1024 - c - 256) / (8192 + n * 128);
+  return s < 12 ? s : 12;
+}
+using SwapHalfSizes = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192>;
+template <typename T, int kN>
+using Sm90SwapHalf = Sm90Tile<T, 1, kN, SwapHalfStages(kN), false, 2, false, true, true>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
 // block's scales, the wgmmas adding each block's product to them directly and one 128-column half
 // rescaled while the other half's product runs (sm90.h; H100, same-process A/B: 8192^3 898 ->
@@ -130,7 +145,8 @@ enum class Kernel {
   kSm90Wide192,
   kSm90Slim,
   kSm90Swap192,
-  kSm90SwapSized
+  kSm90SwapSized,
+  kSm90SwapHalf
 };
 
 // The rows of a per tile of Sm90SwapSized for p on `sms` SMs, or 0 where those tiles are not
@@ -166,6 +182,50 @@ inline int SwapSizedN(const Params& p, int sms) {
   }
   return 0;
 }
+
+// Sm90SwapHalf's plan for p on `sms` SMs: rows of a per tile (0 where those tiles are not taken)
+// and k splits. Taken for 16-bit inputs and outputs of their type, not gated, m > 64: t a-tiles per
+// 64 weight rows, t the smallest even count of at most 96 rows each (fewer, thicker tiles ran
+// faster than 48-row ones, but 128-row ones lost to twice as many), or more of at least 64 rows
+// where that grid leaves SMs idle, at most the largest even count the SMs hold in one round and at
+// most 8; each tile the smallest of 48, 64, ..., 192 rows with t of them covering m; split in two
+// where the grid fills at most half the SMs; taken where the grid then keeps at least 90% of them
+// busy. Fitted on the H100 (gemm_ab AB_SET=gap, gap2 and gap3, weights rotating, two runs each; us,
+// the dispatch before -> these tiles, cuBLAS; GPU-093a0e85, GPU-1d6cc733, GPU-097de660): n 4096
+// (t = 2) at m 96 / 128 / 160 / 224 / 288 / 384 19.7 / 20.2 / 21.1 / 22.7 / 25.5 / 27.8 -> 16.7 /
+// 16.5 / 17.7 / 19.0 / 22.5 / 25.0 (cuBLAS 15.9 / 16.2 / 16.3 / 18.6 / 21.5 / 23.1), k 14336 at m
+// 128 / 160 / 256 / 384 51.8 / 54.0 / 57.3 / 77.1 -> 46.7 / 49.0 / 57.9 / 73.0 (52.8 / 53.8 /
+// 60.0 / 75.4); n 2048 at m 128 (t = 2, split) 14.1 -> 12.9 and 256 / 384 / 512 / 640 (t = 4)
+// 21.1 / 20.0 / 19.4 / 24.2 -> 13.7 / 16.6 / 17.1 / 20.6 (cuBLAS 11.8, 14.3 / 14.8 / 18.8 / 19.9);
+// n 1024 at m 256 (t = 4, split) 16.3 -> 12.4, 512 / 1024 (t = 8) 17.3 / 19.5 -> 13.7 / 17.6
+// (13.3 / 17.1). Not taken: n 1024 at m <= 128 (32 tiles, 64 blocks split: 10.9 against the 128 x
+// 128 tiles' 10.2), n 6144 and more (96 or more weight tiles: 128-row weight tiles).
+struct HalfPlan {
+  int rows = 0, splits = 1;
+};
+inline HalfPlan SwapHalfPlan(const Params& p, int sms) {
+  HalfPlan h;
+  if (p.in_type == Elem::kE4M3 || p.out_type != p.in_type || p.act >= 0 || p.m <= 64) return h;
+  const int64_t w = ceil_div<int64_t>(p.n, 64);  // weight tiles
+  int64_t most = std::min<int64_t>(8, sms / w);
+  most -= most % 2;
+  const int64_t t0 = std::min(most, 2 * ceil_div<int64_t>(p.m, 2 * 96));
+  for (int64_t t = t0; t >= 2 && t <= most; t += 2) {
+    for (const int n : SizeList(SwapHalfSizes{})) {
+      if (n * t < p.m) continue;
+      if (t > t0 && n < 64) return h;  // (m 128 x n 1024 in 48-row tiles, split: 12.5 vs 10.3 us)
+      const int64_t tiles = ceil_div<int64_t>(p.m, n), blocks = w * (tiles + tiles % 2);
+      const int s = 2 * blocks <= int64_t{sms} ? 2 : 1;
+      if (blocks * s * 10 >= int64_t{sms} * 9) {
+        h.rows = n, h.splits = s;
+        return h;
+      }
+      break;
+    }
+  }
+  return h;
+}
+inline int SwapHalfN(const Params& p, int sms) { return SwapHalfPlan(p, sms).rows; }
 
 // Splits of the swapped tiles' `tiles` on `sms` SMs (k in kb 64-wide blocks): to fill the SMs when
 // the tiles fill at most half of them, at most 4 and each split at least 8 k blocks long; else 1
@@ -251,6 +311,7 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
                     p.in_type == Elem::kE4M3;
   if (sm90) {
     if (p.m <= 64) return Kernel::kSm90Small;
+    if (SwapHalfN(p, sms) > 0) return Kernel::kSm90SwapHalf;
     if (p.m <= 128) return Kernel::kSm90Mid;
     if (SwapSizedN(p, sms) > 0) return Kernel::kSm90SwapSized;
     return p.in_type == Elem::kE4M3 ? Kernel::kSm90Large : TileGrid(p, sms);
@@ -298,6 +359,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
     case Kernel::kSm90SwapSized:
       *bm = SwapSizedN(p, sms), *bn = 128;
       return;
+    case Kernel::kSm90SwapHalf:
+      *bm = SwapHalfN(p, sms), *bn = 64;
+      return;
     case Kernel::kSm90Small:
       *bm = 64, *bn = p.in_type == Elem::kE4M3 && p.a_scale_kind != Scale::kBlock ? 64 : 128;
       return;
@@ -310,7 +374,8 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
 // third of the SMs busy, or in two when k is long (>= 192 k blocks; m > 128, which takes 128 x 128
 // tiles only where they run few rounds: any k) and the halves still fit one wave (a split costs a
 // pass over fp32 partials and a launch, which long k repays). The 128 x 256
-// tiles (and the sm80 ones) split to fill one wave. Measured on the H100 over Llama 3 8B's and
+// tiles (and the sm80 ones) split to fill one wave; the one-group swapped tiles as SwapHalfPlan
+// says. Measured on the H100 over Llama 3 8B's and
 // 70B's projections, m 1 to 256 (benchmarks/README.md, GEMM kernel versions). Shapes and device
 // properties only, no device memory (graph-safe).
 inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
@@ -324,6 +389,10 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
   // the 64-row tiles of m > 128 and the sized swapped ones are chosen for their rounds unsplit
   if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90SwapSized) return cudaSuccess;
+  if (kernel == Kernel::kSm90SwapHalf) {
+    *splits = SwapHalfPlan(p, props.sm_count).splits;
+    return cudaSuccess;
+  }
   int bm = 0, bn = 0;
   TileDims(p, kernel, props.sm_count, &bm, &bn);
   if (p.act >= 0) bn /= 2;  // a gated tile's product spans twice its output columns
@@ -366,6 +435,23 @@ template <typename T, typename Out>
 cudaError_t LaunchSwapSizedN(int n, const Params& p, cudaStream_t stream,
                              const DeviceProps& props) {
   return LaunchSwapSizedOf<T, Out>(n, p, stream, props, SwapSizes{});
+}
+// Runs p on Sm90SwapHalf's tiles of n rows of a (one of SwapHalfSizes; 16-bit, out of the inputs'
+// type), else cudaErrorInvalidValue.
+template <typename T, typename Out, int... kN>
+cudaError_t LaunchSwapHalfOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
+                             std::integer_sequence<int, kN...>) {
+  cudaError_t r = cudaErrorInvalidValue;
+  if constexpr (sizeof(T) == 2 && std::is_same_v<T, Out>) {
+    (void)((n == kN && ((r = LaunchSm90<Sm90SwapHalf<T, kN>, Out>(p, stream, props)), true)) ||
+           ...);
+  }
+  return r;
+}
+template <typename T, typename Out>
+cudaError_t LaunchSwapHalfN(int n, const Params& p, cudaStream_t stream,
+                            const DeviceProps& props) {
+  return LaunchSwapHalfOf<T, Out>(n, p, stream, props, SwapHalfSizes{});
 }
 // The tiles SwapSizedN(p) gives (Choose takes them only where it gives a size).
 template <typename T, typename Out>
@@ -475,6 +561,9 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
             break;
           case Kernel::kSm90SwapSized:
             XK_CUDA_TRY((LaunchSwapSized<T, Out>(q, stream, props)));
+            break;
+          case Kernel::kSm90SwapHalf:
+            XK_CUDA_TRY((LaunchSwapHalfN<T, Out>(SwapHalfN(q, props.sm_count), q, stream, props)));
             break;
           case Kernel::kSm90Small:
             XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));

@@ -1,0 +1,43 @@
+// The sm90 GEMM dispatcher's choice on the host (test_gemm.py builds and runs this with nvcc; no
+// GPU): for each line "m n k" on stdin (16-bit inputs and output, b as [n, k], not gated), the
+// kernel gemm::Choose takes on an H100's 132 SMs and its tile (TileDims: output rows x columns),
+// and SwapHalfPlan's split where it takes the one-group swapped tiles, as "name bm bn splits".
+// So the GPU tests can say which tile each of their shapes reaches, and fail when a rule moves it.
+#include <cstdio>
+
+#include "xkernels/gemm/gemm.h"
+
+using namespace xkernels::gemm;
+
+const char* Name(Kernel k) {
+  switch (k) {
+    case Kernel::kSm80Large: return "sm80-large";
+    case Kernel::kSm80Mid: return "sm80-mid";
+    case Kernel::kSm80Small: return "sm80-small";
+    case Kernel::kSm90Large: return "large";
+    case Kernel::kSm90Mid: return "mid";
+    case Kernel::kSm90Small: return "small";
+    case Kernel::kSm90Wide192: return "wide192";
+    case Kernel::kSm90Slim: return "slim";
+    case Kernel::kSm90Swap192: return "swap192";
+    case Kernel::kSm90SwapSized: return "swap-sized";
+    case Kernel::kSm90SwapHalf: return "swap-half";
+  }
+  return "?";
+}
+
+int main() {
+  constexpr int kSms = 132;
+  int m, n, k;
+  while (scanf("%d %d %d", &m, &n, &k) == 3) {
+    Params p;
+    p.m = m, p.n = n, p.k = k;
+    p.in_type = p.out_type = Elem::kBF16;
+    const Kernel kernel = Choose(p, 9, kSms);
+    int bm = 0, bn = 0;
+    TileDims(p, kernel, kSms, &bm, &bn);
+    const int splits = kernel == Kernel::kSm90SwapHalf ? SwapHalfPlan(p, kSms).splits : 1;
+    printf("%s %d %d %d\n", Name(kernel), bm, bn, splits);
+  }
+  return 0;
+}
