@@ -15,7 +15,8 @@
 // by 15-50% (2026-11-28), every 16-bit tile forced (splits 1-4, sized swapped a-tiles, the
 // one-group swapped tiles "h<rows>"); gap2 / gap3: m 136-1024 / 96-128 over n 1024-8192, the
 // one-group swapped tiles at each size whose grid fits one round (and split in two) and plain
-// 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS.
+// 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS; gap8: e4m3 row-wise at m
+// 96-512, the one-group swapped tiles (which the dispatch gives 16-bit inputs only) forced.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -99,14 +100,14 @@ struct Cublas {
     return r == 0 ? cudaSuccess : cudaErrorUnknown;
   }
 };
-template <int... kN>
+template <typename T = __nv_bfloat16, int... kN>
 void AddHalf(std::vector<std::pair<std::string, L>>& vs, int m, int n, float* ws,
              const DeviceProps& props, std::integer_sequence<int, kN...>) {
   auto one = [&](auto tag) {
     constexpr int N = decltype(tag)::value;
     const int64_t at = (m + N - 1) / N, ctas = (n + 63) / 64 * (at + at % 2);
     if (at > 8 || N >= m + 48 || ctas > props.sm_count) return;
-    using Tl = gemm::Sm90SwapHalf<__nv_bfloat16, N>;
+    using Tl = gemm::Sm90SwapHalf<T, N>;
     vs.push_back({"h" + std::to_string(N), Direct<Tl>(ws, props)});
     if (2 * ctas <= props.sm_count) {
       vs.push_back({"h" + std::to_string(N) + "/2", Direct<Tl>(ws, props, 2)});
@@ -222,6 +223,14 @@ int main() {
         shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
       }
     }
+  }
+  if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
+    shapes.clear();
+    for (int m : {96, 128, 192, 256, 320, 384}) {
+      shapes.push_back({m, 4096, 4096, Elem::kE4M3, Scale::kRow});
+      shapes.push_back({m, 4096, 14336, Elem::kE4M3, Scale::kRow});
+    }
+    for (int m : {256, 512}) shapes.push_back({m, 2048, 4096, Elem::kE4M3, Scale::kRow});
   }
   if (set && std::string(set) == "fp8t") {  // e4m3 tile shapes (cuBLASLt's: 144 x 128, 128 x 128)
     shapes.clear();
@@ -346,7 +355,10 @@ int main() {
         }
       }
     }
-    if (set && std::string(set).rfind("gap", 0) == 0) {
+    if (set && std::string(set) == "gap8") {
+      AddHalf<F8>(vs, s.m, s.n, ws, props,
+                  std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160, 192>{});
+    } else if (set && std::string(set).rfind("gap", 0) == 0) {
       AddHalf(vs, s.m, s.n, ws, props, gemm::SwapHalfSizes{});
       if (std::string(set) == "gap") {
         // tiles of cuBLAS's n 144 (a's rows on the wgmma's m side, 128 or 64 of them), unclustered
@@ -359,7 +371,7 @@ int main() {
       }
     }
     if (set && (std::string(set) == "mid" || std::string(set) == "mid2" ||
-                std::string(set).rfind("gap", 0) == 0)) {
+                (std::string(set).rfind("gap", 0) == 0 && std::string(set) != "gap8"))) {
       static Cublas cublas;
       if (cublas.gemm != nullptr) vs.push_back({"cublas", [](Params q) { return cublas(q); }});
       // the dispatch before the sized swapped tiles: TileGrid's tile and PlanSplits' split

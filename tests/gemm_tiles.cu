@@ -1,9 +1,11 @@
 // The sm90 GEMM dispatcher's choice on the host (test_gemm.py builds and runs this with nvcc; no
-// GPU): for each line "m n k" on stdin (16-bit inputs and output, b as [n, k], not gated), the
-// kernel gemm::Choose takes on an H100's 132 SMs and its tile (TileDims: output rows x columns),
-// and SwapHalfPlan's split where it takes the one-group swapped tiles, as "name bm bn splits".
+// GPU): for each line "m n k" on stdin (bf16 inputs and output, b as [n, k], not gated; "m n k
+// e4m3": e4m3 inputs with row-wise scales, bf16 output), the kernel gemm::Choose takes on an
+// H100's 132 SMs and its tile (TileDims: output rows x columns), and SwapHalfPlan's split where
+// it takes the one-group swapped tiles, as "name bm bn splits".
 // So the GPU tests can say which tile each of their shapes reaches, and fail when a rule moves it.
 #include <cstdio>
+#include <string>
 
 #include "xkernels/gemm/gemm.h"
 
@@ -28,11 +30,18 @@ const char* Name(Kernel k) {
 
 int main() {
   constexpr int kSms = 132;
-  int m, n, k;
-  while (scanf("%d %d %d", &m, &n, &k) == 3) {
+  char line[128], type[8];
+  while (fgets(line, sizeof line, stdin) != nullptr) {
+    int m, n, k;
+    type[0] = 0;
+    if (sscanf(line, "%d %d %d %7s", &m, &n, &k, type) < 3) continue;
     Params p;
     p.m = m, p.n = n, p.k = k;
     p.in_type = p.out_type = Elem::kBF16;
+    if (std::string(type) == "e4m3") {
+      p.in_type = Elem::kE4M3;
+      p.a_scale_kind = p.b_scale_kind = Scale::kRow;
+    }
     const Kernel kernel = Choose(p, 9, kSms);
     int bm = 0, bn = 0;
     TileDims(p, kernel, kSms, &bm, &bn);

@@ -671,8 +671,27 @@ HALF_SHAPES = {"48": (96, 4000, 1000), "64-t8": (500, 1000, 1000), "80": (150, 4
                "128": (250, 4040, 1000), "192": (380, 4104, 1000)}
 
 
+@gpu
+@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
+@pytest.mark.parametrize("n_t", list(HALF_SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_swap_half(dtype, n_t, variant):
+    m, n, k = HALF_SHAPES[n_t]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpuhalf", dtype, n_t, variant),
+                    **GEMM_VARIANTS[variant]))
+
+
+# e4m3 on the sized tiles (per-tensor and per-row scales follow their operands through the swap;
+# 16-bit outputs; e4m3 does not take the one-group tiles): n_t 48 (m 192 x n 4000), 64 (m 250:
+# TMA stores, the last tile 58 rows), 80 (m 300: element stores, a partial last tile), 144 and
+# 160 at k 1008 (a partial k block of 128), every variant (fp32 outputs and block scales take
+# other tiles).
+FP8_SIZED_SHAPES = {48: (192, 4000), 64: (250, 4000), 80: (300, 4000), 144: (570, 4000),
+                    160: (320, 8000)}
+
+
 def test_mid_shapes_reach_their_tiles():
-    """The tile each mid-sized GPU test shape above is written for, as gemm.h's dispatcher chooses
+    """The tile each mid-sized GPU test shape here is written for, as gemm.h's dispatcher chooses
     it on an H100's 132 SMs (tests/gemm_tiles.cu, built with nvcc and run on the host): a rule
     that moves a shape to another tile fails here, not silently in the GPU tests' coverage."""
     from xkernels import _toolchain
@@ -693,31 +712,14 @@ def test_mid_shapes_reach_their_tiles():
                 **{shape: ("swap-sized", n_t, 128, 1) for n_t, shape in SIZED_SHAPES.items()},
                 **{shape: ("swap-half", int(name.split("-")[0]), 64,
                            2 if name.endswith("split") else 1)
-                   for name, shape in HALF_SHAPES.items()}}
-        res = subprocess.run([str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in want),
-                             capture_output=True, text=True, check=True)
+                   for name, shape in HALF_SHAPES.items()},
+                **{(m, n, 1008, "e4m3"): ("swap-sized", n_t, 128, 1)
+                   for n_t, (m, n) in FP8_SIZED_SHAPES.items()}}
+        lines = "".join(" ".join(map(str, shape)) + "\n" for shape in want)
+        res = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
     got = [tuple(int(x) if x.isdigit() else x for x in line.split())
            for line in res.stdout.splitlines()]
     assert dict(zip(want, got)) == want
-
-
-@gpu
-@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("n_t", list(HALF_SHAPES))
-@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
-def test_gpu_gemm_swap_half(dtype, n_t, variant):
-    m, n, k = HALF_SHAPES[n_t]
-    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpuhalf", dtype, n_t, variant),
-                    **GEMM_VARIANTS[variant]))
-
-
-# e4m3 on the sized tiles (per-tensor and per-row scales follow their operands through the swap;
-# 16-bit outputs; e4m3 does not take the one-group tiles): n_t 48 (m 192 x n 4000), 64 (m 250:
-# TMA stores, the last tile 58 rows), 80 (m 300: element stores, a partial last tile), 144 and
-# 160 at k 1008 (a partial k block of 128), every variant (fp32 outputs and block scales take
-# other tiles).
-FP8_SIZED_SHAPES = {48: (192, 4000), 64: (250, 4000), 80: (300, 4000), 144: (570, 4000),
-                    160: (320, 8000)}
 
 
 @gpu
