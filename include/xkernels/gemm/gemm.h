@@ -419,39 +419,27 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   return cudaSuccess;
 }
 
-// Runs p on Sm90SwapSized's tiles of n rows of a (one of SwapSizes; 16-bit outputs: the inputs'
-// type, or bf16 / fp16 for e4m3), else cudaErrorInvalidValue.
-template <typename T, typename Out, int... kN>
-cudaError_t LaunchSwapSizedOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
-                              std::integer_sequence<int, kN...>) {
+// Runs p on Tile<T, n> (the swapped tiles of n rows of a: Sm90SwapSized or Sm90SwapHalf), n one
+// of the sizes kN; 16-bit outputs: the inputs' type, or bf16 / fp16 for e4m3; else
+// cudaErrorInvalidValue.
+template <template <typename, int> class Tile, typename T, typename Out, int... kN>
+cudaError_t LaunchRowsOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
+                         std::integer_sequence<int, kN...>) {
   cudaError_t r = cudaErrorInvalidValue;
   if constexpr (sizeof(Out) == 2 && (sizeof(T) == 1 || std::is_same_v<T, Out>)) {
-    (void)((n == kN && ((r = LaunchSm90<Sm90SwapSized<T, kN>, Out>(p, stream, props)), true)) ||
-           ...);
+    (void)((n == kN && ((r = LaunchSm90<Tile<T, kN>, Out>(p, stream, props)), true)) || ...);
   }
   return r;
 }
 template <typename T, typename Out>
 cudaError_t LaunchSwapSizedN(int n, const Params& p, cudaStream_t stream,
                              const DeviceProps& props) {
-  return LaunchSwapSizedOf<T, Out>(n, p, stream, props, SwapSizes{});
-}
-// Runs p on Sm90SwapHalf's tiles of n rows of a (one of SwapHalfSizes; 16-bit, out of the inputs'
-// type), else cudaErrorInvalidValue.
-template <typename T, typename Out, int... kN>
-cudaError_t LaunchSwapHalfOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
-                             std::integer_sequence<int, kN...>) {
-  cudaError_t r = cudaErrorInvalidValue;
-  if constexpr (sizeof(T) == 2 && std::is_same_v<T, Out>) {
-    (void)((n == kN && ((r = LaunchSm90<Sm90SwapHalf<T, kN>, Out>(p, stream, props)), true)) ||
-           ...);
-  }
-  return r;
+  return LaunchRowsOf<Sm90SwapSized, T, Out>(n, p, stream, props, SwapSizes{});
 }
 template <typename T, typename Out>
 cudaError_t LaunchSwapHalfN(int n, const Params& p, cudaStream_t stream,
                             const DeviceProps& props) {
-  return LaunchSwapHalfOf<T, Out>(n, p, stream, props, SwapHalfSizes{});
+  return LaunchRowsOf<Sm90SwapHalf, T, Out>(n, p, stream, props, SwapHalfSizes{});
 }
 // The tiles SwapSizedN(p) gives (Choose takes them only where it gives a size).
 template <typename T, typename Out>
