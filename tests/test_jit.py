@@ -235,6 +235,20 @@ def test_arch_tags_and_flags(env, monkeypatch):
     assert gencode == ["-gencode=arch=compute_80,code=sm_80",
                        "-gencode=arch=compute_90a,code=sm_90a",
                        "-gencode=arch=compute_90a,code=compute_90a"]
+    assert not any(f.startswith("--split-compile") for f in flags["cuda"])  # nvcc unknown
+    # nvcc 11.8+ compiles a translation unit's kernels in parallel (--split-compile)
+    for release, split in (((13, 0), True), ((11, 8), True), ((11, 7), False), (None, False)):
+        monkeypatch.setattr(_toolchain, "nvcc_release", lambda exe, r=release: r)
+        flags, _ = jit._flags(SPEC, env, ["90a"], "/opt/cuda/bin/nvcc")
+        assert ("--split-compile=0" in flags["cuda"]) == split, release
+
+
+def test_nvcc_release(monkeypatch):
+    line = "release 12.4, V12.4.131, Build cuda_12.4.r12.4/compiler.34097967_0"
+    monkeypatch.setattr(_toolchain, "tool_version", lambda exe, kind: line)
+    assert _toolchain.nvcc_release("nvcc") == (12, 4)
+    monkeypatch.setattr(_toolchain, "tool_version", lambda exe, kind: "unknown (no such file)")
+    assert _toolchain.nvcc_release("nvcc") is None
 
 
 def test_doctor(env):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -60,6 +61,12 @@ def tool_version(exe: str, kind: str) -> str:
     if kind == "nvcc":  # "Cuda compilation tools, release 13.0, V13.0.88" + "Build cuda_13.0..."
         return ", ".join(line.removeprefix("Cuda compilation tools, ") for line in lines[-2:])
     return lines[-1] if lines else "unknown"
+
+
+def nvcc_release(exe: str) -> tuple[int, int] | None:
+    """nvcc's release, e.g. (13, 0), from its version line; None where it cannot be read."""
+    m = re.search(r"release (\d+)\.(\d+)", tool_version(exe, "nvcc"))
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @dataclass(frozen=True)
