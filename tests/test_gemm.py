@@ -682,12 +682,13 @@ def test_gpu_gemm_swap_half(dtype, n_t, variant):
 
 
 # e4m3 on the sized tiles (per-tensor and per-row scales follow their operands through the swap;
-# 16-bit outputs; e4m3 does not take the one-group tiles): n_t 48 (m 192 x n 4000), 64 (m 250:
-# TMA stores, the last tile 58 rows), 80 (m 300: element stores, a partial last tile), 144 and
-# 160 at k 1008 (a partial k block of 128), every variant (fp32 outputs and block scales take
-# other tiles).
-FP8_SIZED_SHAPES = {48: (192, 4000), 64: (250, 4000), 80: (300, 4000), 144: (570, 4000),
-                    160: (320, 8000)}
+# 16-bit outputs): n_t 80 (m 150 x n 8000: a partial last tile), 112 (m 440 x n 3984), 144 (m
+# 570 x n 4000) and 160 (m 320 x n 8000) at k 1008 (a partial k block of 128), every variant
+# (fp32 outputs and block scales take other tiles); and on the one-group tiles, each form of
+# HALF_SHAPES with n a multiple of 16.
+FP8_SIZED_SHAPES = {80: (150, 8000), 112: (440, 3984), 144: (570, 4000), 160: (320, 8000)}
+FP8_HALF_SHAPES = {"48": (96, 4000), "64-t8": (500, 1008), "80-odd": (400, 1408),
+                   "80-split": (130, 2000), "128": (250, 4048), "192": (380, 4112)}
 
 
 def test_mid_shapes_reach_their_tiles():
@@ -696,6 +697,8 @@ def test_mid_shapes_reach_their_tiles():
     that moves a shape to another tile fails here, not silently in the GPU tests' coverage."""
     from xkernels import _toolchain
 
+    # gemm_fp8 takes n in multiples of 16 only (the binding refuses the rest)
+    assert [n for m, n in (*FP8_SIZED_SHAPES.values(), *FP8_HALF_SHAPES.values()) if n % 16] == []
     nvcc = _toolchain.find_nvcc()
     if nvcc is None:
         pytest.skip("needs nvcc")
@@ -714,7 +717,10 @@ def test_mid_shapes_reach_their_tiles():
                            2 if name.endswith("split") else 1)
                    for name, shape in HALF_SHAPES.items()},
                 **{(m, n, 1008, "e4m3"): ("swap-sized", n_t, 128, 1)
-                   for n_t, (m, n) in FP8_SIZED_SHAPES.items()}}
+                   for n_t, (m, n) in FP8_SIZED_SHAPES.items()},
+                **{(m, n, 1008, "e4m3"): ("swap-half", int(name.split("-")[0]), 64,
+                                          2 if name.endswith("split") else 1)
+                   for name, (m, n) in FP8_HALF_SHAPES.items()}}
         lines = "".join(" ".join(map(str, shape)) + "\n" for shape in want)
         res = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
     got = [tuple(int(x) if x.isdigit() else x for x in line.split())
@@ -728,6 +734,15 @@ def test_mid_shapes_reach_their_tiles():
 def test_gpu_gemm_fp8_swap_sized(n_t, variant):
     m, n = FP8_SIZED_SHAPES[n_t]
     check(fp8_case(m, n, 1008, "cuda", seed_of("gpusized8", n_t, variant),
+                   **FP8_VARIANTS[variant]))
+
+
+@gpu
+@pytest.mark.parametrize("variant", list(FP8_VARIANTS))
+@pytest.mark.parametrize("n_t", list(FP8_HALF_SHAPES))
+def test_gpu_gemm_fp8_swap_half(n_t, variant):
+    m, n = FP8_HALF_SHAPES[n_t]
+    check(fp8_case(m, n, 1008, "cuda", seed_of("gpuhalf8", n_t, variant),
                    **FP8_VARIANTS[variant]))
 
 

@@ -108,7 +108,8 @@ constexpr std::array<int, sizeof...(kN)> SizeList(std::integer_sequence<int, kN.
 }
 template <typename T, int kN>
 using Sm90SwapSized = Sm90Tile<T, 2, kN, SwapSizedStages(kN), false, 2, false, true, true>;
-// 16-bit m > 64 whose weights span at most sms / 2 tiles of 64 rows (n up to 4224 on the H100):
+// 16-bit or e4m3 (per-tensor or per-row scales, 16-bit out) m > 64 whose weights span at most
+// sms / 2 tiles of 64 rows (n up to 4224 on the H100):
 // Sm90SwapSized with one consumer group, a tile of 64 weight rows by kN (48-192) rows of a in
 // clusters of 2 on the same weight rows, so that a grid of twice as many blocks fills the SMs
 // in one round where 128-row weight tiles filled half of them or needed 4 thin a-tiles (cuBLAS
@@ -120,6 +121,8 @@ constexpr int SwapHalfStages(int n) {
   return s < 12 ? s : 12;
 }
 using SwapHalfSizes = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192>;
+// (e4m3 has no wgmma of n 176)
+using SwapHalfSizes8 = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160, 192>;
 template <typename T, int kN>
 using Sm90SwapHalf = Sm90Tile<T, 1, kN, SwapHalfStages(kN), false, 2, false, true, true>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
@@ -184,35 +187,45 @@ inline int SwapSizedN(const Params& p, int sms) {
 }
 
 // Sm90SwapHalf's plan for p on `sms` SMs: rows of a per tile (0 where those tiles are not taken)
-// and k splits. Taken for 16-bit inputs and outputs of their type, not gated, m > 64: t a-tiles per
-// 64 weight rows, t the smallest even count of at most 96 rows each (fewer, thicker tiles ran
-// faster than 48-row ones, but 128-row ones lost to twice as many), or more of at least 64 rows
-// where that grid leaves SMs idle, at most the largest even count the SMs hold in one round and at
-// most 8; each tile the smallest of 48, 64, ..., 192 rows with t of them covering m; split in two
-// where the grid fills at most half the SMs; taken where the grid then keeps at least 90% of them
-// busy. Fitted on the H100 (gemm_ab AB_SET=gap, gap2 and gap3, weights rotating, two runs each; us,
-// the dispatch before -> these tiles, cuBLAS; GPU-093a0e85, GPU-1d6cc733, GPU-097de660): n 4096
-// (t = 2) at m 96 / 128 / 160 / 224 / 288 / 384 19.7 / 20.2 / 21.1 / 22.7 / 25.5 / 27.8 -> 16.7 /
-// 16.5 / 17.7 / 19.0 / 22.5 / 25.0 (cuBLAS 15.9 / 16.2 / 16.3 / 18.6 / 21.5 / 23.1), k 14336 at m
-// 128 / 160 / 256 / 384 51.8 / 54.0 / 57.3 / 77.1 -> 46.7 / 49.0 / 57.9 / 73.0 (52.8 / 53.8 /
-// 60.0 / 75.4); n 2048 at m 128 (t = 2, split) 14.1 -> 12.9 and 256 / 384 / 512 / 640 (t = 4)
-// 21.1 / 20.0 / 19.4 / 24.2 -> 13.7 / 16.6 / 17.1 / 20.6 (cuBLAS 11.8, 14.3 / 14.8 / 18.8 / 19.9);
-// n 1024 at m 256 (t = 4, split) 16.3 -> 12.4, 512 / 1024 (t = 8) 17.3 / 19.5 -> 13.7 / 17.6
-// (13.3 / 17.1). Not taken: n 1024 at m <= 128 (32 tiles, 64 blocks split: 10.9 against the 128 x
-// 128 tiles' 10.2), n 6144 and more (96 or more weight tiles: 128-row weight tiles).
+// and k splits. Taken for 16-bit inputs and outputs of their type, or e4m3 with per-tensor or
+// per-row scales and 16-bit outputs (as the sized tiles), not gated, m > 64: t a-tiles per 64
+// weight rows, t the smallest even count of at most 96 rows each (fewer, thicker tiles ran faster
+// than 48-row ones, but 128-row ones lost to twice as many), or more of at least 64 rows where that
+// grid leaves SMs idle, at most the largest even count the SMs hold in one round and at most 8;
+// each tile the smallest of 48, 64, ..., 192 rows with t of them covering m; split in two where the
+// grid fills at most half the SMs; taken where the grid then keeps at least 90% of them busy.
+// Fitted on the H100 (gemm_ab AB_SET=gap, gap2 and gap3, weights rotating, two runs each; us, the
+// dispatch before -> these tiles, cuBLAS; GPU-093a0e85, GPU-1d6cc733, GPU-097de660): n 4096 (t = 2)
+// at m 96 / 128 / 160 / 224 / 288 / 384 19.7 / 20.2 / 21.1 / 22.7 / 25.5 / 27.8 -> 16.7 / 16.5 /
+// 17.7 / 19.0 / 22.5 / 25.0 (cuBLAS 15.9 / 16.2 / 16.3 / 18.6 / 21.5 / 23.1), k 14336 at m 128 /
+// 160 / 256 / 384 51.8 / 54.0 / 57.3 / 77.1 -> 46.7 / 49.0 / 57.9 / 73.0 (52.8 / 53.8 / 60.0 /
+// 75.4); n 2048 at m 128 (t = 2, split) 14.1 -> 12.9 and 256 / 384 / 512 / 640 (t = 4) 21.1 /
+// 20.0 / 19.4 / 24.2 -> 13.7 / 16.6 / 17.1 / 20.6 (cuBLAS 11.8, 14.3 / 14.8 / 18.8 / 19.9); n 1024
+// at m 256 (t = 4, split) 16.3 -> 12.4, 512 / 1024 (t = 8) 17.3 / 19.5 -> 13.7 / 17.6 (13.3 /
+// 17.1). Not taken: n 1024 at m <= 128 (32 tiles, 64 blocks split: 10.9 against the 128 x 128
+// tiles' 10.2), n 6144 and more (96 or more weight tiles: 128-row weight tiles). e4m3 row-wise
+// (gemm_ab AB_SET=gap8, GPU-277bb222, the dispatch -> these tiles): 128 x 4096 x 4096 13.1 -> 10.1,
+// 128 / 192 / 256 / 320 / 384 x 4096 x 14336 31.0 / 40.5 / 43.3 / 41.2 / 48.1 -> 26.5 / 28.5 /
+// 31.2 / 36.9 / 44.4, 256 / 512 x 2048 x 4096 20.1 / 21.2 -> 9.8 / 11.3, 320 x 4096 x 4096 level
+// (14.6).
 struct HalfPlan {
   int rows = 0, splits = 1;
 };
 inline HalfPlan SwapHalfPlan(const Params& p, int sms) {
   HalfPlan h;
-  if (p.in_type == Elem::kE4M3 || p.out_type != p.in_type || p.act >= 0 || p.m <= 64) return h;
+  const bool e4m3 = p.in_type == Elem::kE4M3;
+  if (p.act >= 0 || p.m <= 64 ||
+      (e4m3 ? p.a_scale_kind == Scale::kBlock || p.out_type == Elem::kF32
+            : p.out_type != p.in_type)) {
+    return h;
+  }
   const int64_t w = ceil_div<int64_t>(p.n, 64);  // weight tiles
   int64_t most = std::min<int64_t>(8, sms / w);
   most -= most % 2;
   const int64_t t0 = std::min(most, 2 * ceil_div<int64_t>(p.m, 2 * 96));
   for (int64_t t = t0; t >= 2 && t <= most; t += 2) {
     for (const int n : SizeList(SwapHalfSizes{})) {
-      if (n * t < p.m) continue;
+      if (n * t < p.m || (e4m3 && n == 176)) continue;
       if (t > t0 && n < 64) return h;  // (m 128 x n 1024 in 48-row tiles, split: 12.5 vs 10.3 us)
       const int64_t tiles = ceil_div<int64_t>(p.m, n), blocks = w * (tiles + tiles % 2);
       const int s = 2 * blocks <= int64_t{sms} ? 2 : 1;
@@ -439,7 +452,11 @@ cudaError_t LaunchSwapSizedN(int n, const Params& p, cudaStream_t stream,
 template <typename T, typename Out>
 cudaError_t LaunchSwapHalfN(int n, const Params& p, cudaStream_t stream,
                             const DeviceProps& props) {
-  return LaunchRowsOf<Sm90SwapHalf, T, Out>(n, p, stream, props, SwapHalfSizes{});
+  if constexpr (sizeof(T) == 1) {
+    return LaunchRowsOf<Sm90SwapHalf, T, Out>(n, p, stream, props, SwapHalfSizes8{});
+  } else {
+    return LaunchRowsOf<Sm90SwapHalf, T, Out>(n, p, stream, props, SwapHalfSizes{});
+  }
 }
 // The tiles SwapSizedN(p) gives (Choose takes them only where it gives a size).
 template <typename T, typename Out>
@@ -514,6 +531,9 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
       using F8 = __nv_fp8_e4m3;
       const bool block = p.a_scale_kind == Scale::kBlock;
       if (kernel == Kernel::kSm90SwapSized) return LaunchSwapSized<F8, Out>(p, stream, props);
+      if (kernel == Kernel::kSm90SwapHalf) {
+        return LaunchSwapHalfN<F8, Out>(SwapHalfN(p, props.sm_count), p, stream, props);
+      }
       if (kernel == Kernel::kSm90Small) {
         return block ? LaunchSm90<Sm90BlockSmall, Out>(p, stream, props)
                      : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);
