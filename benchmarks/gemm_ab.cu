@@ -16,7 +16,9 @@
 // one-group swapped tiles "h<rows>"); gap2 / gap3: m 136-1024 / 96-128 over n 1024-8192, the
 // one-group swapped tiles at each size whose grid fits one round (and split in two) and plain
 // 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS; gap8: e4m3 row-wise at m
-// 96-512, the one-group swapped tiles (which the dispatch gives 16-bit inputs only) forced.
+// 96-512, the one-group swapped tiles forced; gap6: n 4608-28672, the plain 128 x n tiles also in
+// clusters of 2 ("wa<n>" sharing a's tile, "wb<n>" sharing b's); gap7: shapes whose 128 x 144
+// grid is one round of 97-100% of 132 SMs ("w144s6": 6 stages, as gemm.h's Sm90Wide144).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -130,6 +132,35 @@ void AddWide(std::vector<std::pair<std::string, L>>& vs, int m, int n, float* ws
   };
   (one(std::integral_constant<int, kN>{}), ...);
 }
+// As many stages (at most 8) as fit the H100's 227 KB for plain tiles of 128 rows of a by kN
+// weight rows (the C buffer as sm90.h's Sm90Tile sizes it)
+constexpr int WideStages(int n) {
+  const int c = n % 64 != 0 ? 0 : (64 * n * 2 > 16384 ? 64 * n * 2 : 16384);
+  const int st = (232448 - 1024 - c) / (16384 + 128 * n + 16);
+  return st < 8 ? st : 8;
+}
+// The same tiles in clusters of 2 (gap6 set): "wa<n>" on the same rows of a (horizontally adjacent,
+// each block loading half of the a tile, kShareA), "wb<n>" on the same weight rows (vertically
+// adjacent, b multicast), where the clusters fit one round of sms / 2 - 2 slots (n >= 16384: any)
+template <int... kN>
+void AddWideClusters(std::vector<std::pair<std::string, L>>& vs, int m, int n, float* ws,
+                     const DeviceProps& props, std::integer_sequence<int, kN...>) {
+  auto one = [&](auto tag) {
+    constexpr int N = decltype(tag)::value;
+    const int64_t tm = (m + 127) / 128, tn = (n + N - 1) / N;
+    const int64_t slots = props.sm_count / 2 - 2;
+    const bool many = n >= 16384;
+    if (many || (tm * ((tn + 1) / 2) <= slots && 4 * tm * ((tn + 1) / 2) >= 3 * slots)) {
+      using Tl = gemm::Sm90Tile<__nv_bfloat16, 2, N, WideStages(N), false, 2, false, false, true>;
+      vs.push_back({"wa" + std::to_string(N), Direct<Tl>(ws, props)});
+    }
+    if (many || (((tm + 1) / 2) * tn <= slots && 4 * ((tm + 1) / 2) * tn >= 3 * slots)) {
+      using Tl = gemm::Sm90Tile<__nv_bfloat16, 2, N, WideStages(N), false, 2>;
+      vs.push_back({"wb" + std::to_string(N), Direct<Tl>(ws, props)});
+    }
+  };
+  (one(std::integral_constant<int, kN>{}), ...);
+}
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
@@ -214,6 +245,23 @@ int main() {
     for (int m : {256, 320, 384, 512}) shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
     for (int m : {256, 384}) shapes.push_back({m, 5120, 5120, Elem::kBF16, Scale::kNone});
     for (int m : {192, 256, 384}) shapes.push_back({m, 8192, 8192, Elem::kBF16, Scale::kNone});
+  }
+  if (set && std::string(set) == "gap6") {  // plain 128 x n tiles in clusters at n 4608-28672
+    shapes.clear();
+    for (int m : {192, 256, 320, 384, 448, 512}) {
+      shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
+    }
+    for (int m : {256, 384}) shapes.push_back({m, 4608, 3584, Elem::kBF16, Scale::kNone});
+    for (int m : {320, 384, 512}) shapes.push_back({m, 28672, 4096, Elem::kBF16, Scale::kNone});
+  }
+  if (set && std::string(set) == "gap7") {  // where 128 x 144 tiles fill 97-100% of 132 SMs
+    shapes.clear();
+    for (int m : {272, 320, 384}) shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
+    for (int m : {200, 256}) shapes.push_back({m, 9216, 4096, Elem::kBF16, Scale::kNone});
+    for (int m : {400, 448, 512}) shapes.push_back({m, 4608, 3584, Elem::kBF16, Scale::kNone});
+    for (int m : {704, 768}) shapes.push_back({m, 3072, 3072, Elem::kBF16, Scale::kNone});
+    shapes.push_back({1024, 2304, 2304, Elem::kBF16, Scale::kNone});
+    shapes.push_back({384, 6144, 14336, Elem::kBF16, Scale::kNone});
   }
   if (set && std::string(set) == "gap3") {  // the one-group swapped tiles at decode batches
     shapes.clear();
@@ -368,6 +416,13 @@ int main() {
       } else {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
+      }
+      if (std::string(set) == "gap7") {
+        vs.push_back({"w144s6", Direct<gemm::Sm90Tile<B16, 2, 144, 6, false, 1>>(ws, props)});
+      }
+      if (std::string(set) == "gap6") {
+        AddWideClusters(vs, s.m, s.n, ws, props,
+                        std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
     }
     if (set && (std::string(set) == "mid" || std::string(set) == "mid2" ||

@@ -24,6 +24,7 @@ const char* Name(Kernel k) {
     case Kernel::kSm90Swap192: return "swap192";
     case Kernel::kSm90SwapSized: return "swap-sized";
     case Kernel::kSm90SwapHalf: return "swap-half";
+    case Kernel::kSm90Wide144: return "wide144";
   }
   return "?";
 }

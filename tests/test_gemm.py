@@ -607,7 +607,7 @@ def test_gpu_gemm_wide192(dtype, variant):
 #   n 1800 is 29 weight tiles of 64 rows, too few for the one-group swapped tiles below);
 # - 128 x 128 whole: m 143 x 8200;
 # - 128 x 128 with stream-K: m 339 x 12296 x 2056 (group 0 straddling, group 1 by TMA);
-# - 64 x 256: m 269 x 6152;
+# - 64 x 256: m 269 x 6400 (at n 6152 the 128 x 144 tiles below fill the SMs);
 # - swapped 128 x 192, whole: m 283 x 8200; split in 4: m 213 x 1032 x 2056; with stream-K:
 #   m 521 x 8200 x 4104.
 # Every variant (partial last tiles, bias, fp32 output, strided and leading dimensions, forced
@@ -618,7 +618,7 @@ MID_SHAPES = {
     "mid-split": (136, 1800, 1000),
     "mid-whole": (143, 8200, 1000),
     "mid-sk": (339, 12296, 2056),
-    "slim": (269, 6152, 1000),
+    "slim": (269, 6400, 1000),
     "swap-whole": (283, 8200, 1000),
     "swap-split": (213, 1032, 2056),
     "swap-sk": (521, 8200, 4104),
@@ -671,6 +671,24 @@ HALF_SHAPES = {"48": (96, 4000, 1000), "64-t8": (500, 1000, 1000), "80": (150, 4
                "128": (250, 4040, 1000), "192": (380, 4104, 1000)}
 
 
+# The 128 x 144 tiles (gemm.h's Wide144Fits on 132 SMs: one round of 96-100% of the SMs): 3 rows
+# of tiles by 43 (m 384 x n 6104: a partial last column tile of 56), the last row shifted (m
+# 360), 2 rows by 64 (m 200 x n 9200), and over 64 x 256 tiles that would pad m by 48 rows (m
+# 272). Every variant, as above (element stores only: 144 columns are no whole 64-column box).
+WIDE144_SHAPES = {"whole": (384, 6104, 1000), "shifted": (360, 6104, 1000),
+                  "two-rows": (200, 9200, 1000), "over-slim": (272, 6104, 1000)}
+
+
+@gpu
+@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
+@pytest.mark.parametrize("form", list(WIDE144_SHAPES))
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_gemm_wide144(dtype, form, variant):
+    m, n, k = WIDE144_SHAPES[form]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpuwide144", dtype, form, variant),
+                    **GEMM_VARIANTS[variant]))
+
+
 @gpu
 @pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
 @pytest.mark.parametrize("n_t", list(HALF_SHAPES))
@@ -713,6 +731,7 @@ def test_mid_shapes_reach_their_tiles():
                 **{MID_SHAPES[s]: ("swap192", 192, 128, 1) for s in ("swap-whole", "swap-split",
                                                                     "swap-sk")},
                 **{shape: ("swap-sized", n_t, 128, 1) for n_t, shape in SIZED_SHAPES.items()},
+                **{shape: ("wide144", 128, 144, 1) for shape in WIDE144_SHAPES.values()},
                 **{shape: ("swap-half", int(name.split("-")[0]), 64,
                            2 if name.endswith("split") else 1)
                    for name, shape in HALF_SHAPES.items()},

@@ -70,6 +70,11 @@ using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
 // 5 stages of 40 KB and a 24 KB C buffer, in clusters of 2 as Sm90Large
 template <typename T>
 using Sm90Wide192 = Sm90Tile<T, 2, 192, 5, false, 2>;
+// 16-bit m > 128 whose grid of 128 x 144 tiles is one round of 96-100% of the SMs (Wide144Fits):
+// unclustered, 6 stages of 34 KB, element stores (144 columns are no whole number of 64-column
+// boxes). cuBLAS runs 128 x 144 tiles at 384 x 6144 x 4096 (43 x 3 of them).
+template <typename T>
+using Sm90Wide144 = Sm90Tile<T, 2, 144, 6, false>;
 // m <= 64 (decode): one consumer group, many k blocks in flight; e4m3 rows are half as long, so
 // its tiles are half as wide to give as many blocks
 template <typename T>
@@ -149,7 +154,8 @@ enum class Kernel {
   kSm90Slim,
   kSm90Swap192,
   kSm90SwapSized,
-  kSm90SwapHalf
+  kSm90SwapHalf,
+  kSm90Wide144
 };
 
 // The rows of a per tile of Sm90SwapSized for p on `sms` SMs, or 0 where those tiles are not
@@ -316,6 +322,28 @@ inline Kernel TileGrid(const Params& p, int sms) {
   return best;
 }
 
+// Whether 16-bit p (m > 128, not gated) takes Sm90Wide144's 128 x 144 tiles on `sms` SMs: where
+// they make one round of 96-100% of the SMs, unless TileGrid takes the swapped 128 x 192 tiles
+// (not measured against them) or 64 x 256 tiles that pad m by less than 32 rows. Fitted on the
+// H100 (gemm_ab AB_SET=gap7, weights rotating, two runs, GPU-4cd5c8ab; us, TileGrid's tile ->
+// 128 x 144, cuBLAS): 384 x 6144 x 4096 40.8 -> 35.2 (31.1; 128 x 128 tiles with stream-K),
+// 384 x 6144 x 14336 135.7 -> 113.2 (105.8; 128 x 192), 200 / 256 x 9216 x 4096 42.8 / 49.4 ->
+// 39.1 / 44.0 (37.1 / 38.1), 512 x 4608 x 3584 35.8 -> 30.9 (27.6), 768 x 3072 x 3072 31.9 ->
+// 28.9 (22.9), 1024 x 2304 x 2304 25.8 -> 21.7 (17.9); over 64 x 256 tiles padding m by 48 rows,
+// 272 x 6144 x 4096 37.2 -> 33.4 (27.3) and 400 x 4608 x 3584 32.6 -> 30.2 (28.3); against
+// unpadded ones they tied or lost: 320 x 6144 x 4096 34.7 / 34.4, 448 x 4608 x 3584 29.4 / 29.8,
+// 704 x 3072 x 3072 24.1 / 28.9. Where the grid fills less of the SMs they lost (192 / 256 x 6144
+// x 4096, 86 tiles: 28.4 / 28.8 -> 36.5 / 37.5), and in clusters of 2 (sharing a or b) they ran
+// no faster (AB_SET=gap6, GPU-6befdf08).
+inline bool Wide144Fits(const Params& p, int sms) {
+  if (p.in_type == Elem::kE4M3 || p.act >= 0 || p.m <= 128) return false;
+  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, 128)) * ceil_div(p.n, 144);
+  if (tiles > sms || tiles * 25 < int64_t{sms} * 24) return false;
+  const Kernel grid = TileGrid(p, sms);
+  return grid != Kernel::kSm90Swap192 &&
+         !(grid == Kernel::kSm90Slim && ceil_div(p.m, 64) * 64 - p.m < 32);
+}
+
 // The kernel version and tile for p on a device of compute capability major `cc_major` with
 // `sms` SMs.
 inline Kernel Choose(const Params& p, int cc_major, int sms) {
@@ -327,6 +355,7 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
     if (SwapHalfN(p, sms) > 0) return Kernel::kSm90SwapHalf;
     if (p.m <= 128) return Kernel::kSm90Mid;
     if (SwapSizedN(p, sms) > 0) return Kernel::kSm90SwapSized;
+    if (Wide144Fits(p, sms)) return Kernel::kSm90Wide144;
     return p.in_type == Elem::kE4M3 ? Kernel::kSm90Large : TileGrid(p, sms);
   }
   if (p.m <= 16) return Kernel::kSm80Small;
@@ -366,6 +395,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
     case Kernel::kSm90Slim:
       *bm = 64, *bn = 256;
       return;
+    case Kernel::kSm90Wide144:
+      *bm = 128, *bn = 144;
+      return;
     case Kernel::kSm90Swap192:  // (the output's rows x columns; the kernel's are swapped)
       *bm = 192, *bn = 128;
       return;
@@ -400,8 +432,12 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   one.splits = 1;
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
-  // the 64-row tiles of m > 128 and the sized swapped ones are chosen for their rounds unsplit
-  if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90SwapSized) return cudaSuccess;
+  // the 64-row tiles of m > 128, the sized swapped ones and the 128 x 144 ones are chosen for their
+  // rounds unsplit
+  if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90SwapSized ||
+      kernel == Kernel::kSm90Wide144) {
+    return cudaSuccess;
+  }
   if (kernel == Kernel::kSm90SwapHalf) {
     *splits = SwapHalfPlan(p, props.sm_count).splits;
     return cudaSuccess;
@@ -563,6 +599,9 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
             break;
           case Kernel::kSm90Slim:
             XK_CUDA_TRY((LaunchSm90<Sm90Slim<T>, Out>(q, stream, props)));
+            break;
+          case Kernel::kSm90Wide144:
+            XK_CUDA_TRY((LaunchSm90<Sm90Wide144<T>, Out>(q, stream, props)));
             break;
           case Kernel::kSm90Swap192:
             XK_CUDA_TRY((LaunchSm90<Sm90Swap192<T>, Out>(q, stream, props)));
