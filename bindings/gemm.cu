@@ -33,6 +33,7 @@
 #include "xkernels/gemm/params.h"
 
 #ifndef XKERNELS_HOST_ONLY
+#include "gemm_tiles.h"  // (the tile launches: compiled in bindings/gemm_tiles_*.cu)
 #include "xkernels/gemm/gemm.h"
 #include "xkernels/gemm/quant.h"
 #endif

@@ -28,7 +28,10 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("softmax", ("bindings/softmax.cu",), _HOST),
         ModuleSpec("attention", ("bindings/attention.cu",),
                    ("bindings/host/attention.cc", "bindings/host/parallel.cc")),
-        ModuleSpec("gemm", ("bindings/gemm.cu",), ("bindings/host/gemm.cc", *_HOST)),
+        # (the tile launches in units of their own, compiled in parallel: bindings/gemm_tiles.h)
+        ModuleSpec("gemm", ("bindings/gemm.cu", "bindings/gemm_tiles_f16.cu",
+                            "bindings/gemm_tiles_bf16.cu", "bindings/gemm_tiles_e4m3.cu"),
+                   ("bindings/host/gemm.cc", *_HOST)),
         ModuleSpec("rope", ("bindings/rope.cu",), ("bindings/host/rope.cc",)),
     )
 }

@@ -539,6 +539,87 @@ inline int64_t WorkspaceElems(const Params& p, int cc_major, int sms) {
   return std::max(WorkspaceElems(p, GatedWhole(p, kernel)), StreamKElems(p, kernel, sms));
 }
 
+// The tile launch of p (k > 0, no GEMV) with In inputs (__half, __nv_bfloat16 or __nv_fp8_e4m3,
+// as p.in_type) and Out outputs, the kernel as Choose gives it; cudaErrorInvalidValue for a pair
+// no kernel takes (16-bit inputs give their own type or float). Not inline: a program may declare
+// explicit instantiations of it extern and compile them in other translation units
+// (bindings/gemm_tiles_*.cu do, so that the gemm module's tiles build in parallel).
+template <typename In, typename Out>
+cudaError_t GemmTiles(const Params& p, cudaStream_t stream, const DeviceProps& props) {
+  const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
+  if constexpr (std::is_same_v<In, __nv_fp8_e4m3>) {
+    using F8 = __nv_fp8_e4m3;
+    if (p.in_type != Elem::kE4M3) return cudaErrorInvalidValue;
+    const bool block = p.a_scale_kind == Scale::kBlock;
+    if (kernel == Kernel::kSm90SwapSized) return LaunchSwapSized<F8, Out>(p, stream, props);
+    if (kernel == Kernel::kSm90SwapHalf) {
+      return LaunchSwapHalfN<F8, Out>(SwapHalfN(p, props.sm_count), p, stream, props);
+    }
+    if (kernel == Kernel::kSm90Small) {
+      return block ? LaunchSm90<Sm90BlockSmall, Out>(p, stream, props)
+                   : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);
+    }
+    if (kernel == Kernel::kSm90Mid) {
+      return block ? LaunchSm90<Sm90BlockMid, Out>(p, stream, props)
+                   : LaunchSm90<Sm90Mid<F8>, Out>(p, stream, props);
+    }
+    if (block) {
+      return BlockWide(p, props.sm_count) ? LaunchSm90<Sm90Block, Out>(p, stream, props)
+                                          : LaunchSm90<Sm90BlockMid, Out>(p, stream, props);
+    }
+    return LaunchSm90<Sm90Large<F8>, Out>(p, stream, props);
+  } else if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, In>) {
+    using T = In;
+    // a gated product taken whole: its 2n columns into the workspace as a plain product, then
+    // the reduce sums and gates them
+    const bool whole = GatedWhole(p, kernel);
+    Params wp = p;
+    if (whole) wp.n = 2 * p.n, wp.act = -1, wp.bias = nullptr, wp.partials_only = true;
+    const Params& q = whole ? wp : p;
+    switch (kernel) {
+      case Kernel::kSm90Large:
+        XK_CUDA_TRY((LaunchSm90<Sm90Large<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90Mid:
+        XK_CUDA_TRY((LaunchSm90<Sm90Mid<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90Wide192:
+        XK_CUDA_TRY((LaunchSm90<Sm90Wide192<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90Slim:
+        XK_CUDA_TRY((LaunchSm90<Sm90Slim<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90Wide144:
+        XK_CUDA_TRY((LaunchSm90<Sm90Wide144<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90Swap192:
+        XK_CUDA_TRY((LaunchSm90<Sm90Swap192<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90SwapSized:
+        XK_CUDA_TRY((LaunchSwapSized<T, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm90SwapHalf:
+        XK_CUDA_TRY((LaunchSwapHalfN<T, Out>(SwapHalfN(q, props.sm_count), q, stream, props)));
+        break;
+      case Kernel::kSm90Small:
+        XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm80Large:
+        XK_CUDA_TRY((LaunchSm80<Sm80Large, T, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm80Mid:
+        XK_CUDA_TRY((LaunchSm80<Sm80Mid, T, Out>(q, stream, props)));
+        break;
+      case Kernel::kSm80Small:
+        XK_CUDA_TRY((LaunchSm80<Sm80Small, T, Out>(q, stream, props)));
+        break;
+    }
+    return whole ? LaunchSplitKReduce<Out>(p, stream, props) : cudaSuccess;
+  } else {
+    return cudaErrorInvalidValue;  // 16-bit inputs give their own type or float
+  }
+}
+
 // Runs p on `stream` (needs p.workspace of WorkspaceElems(p, cc_major, sms) floats where that is
 // > 0).
 inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
@@ -556,82 +637,16 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
     if (UseGemv(p, props.cc_major)) return LaunchGemv<Out>(p, stream, props);
-    const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
-    // a gated product taken whole: its 2n columns into the workspace as a plain product, then
-    // the reduce sums and gates them
-    const bool whole = GatedWhole(p, kernel);
-    Params wp = p;
-    if (whole) wp.n = 2 * p.n, wp.act = -1, wp.bias = nullptr, wp.partials_only = true;
-    const Params& q = whole ? wp : p;
-    if (p.in_type == Elem::kE4M3) {
-      using F8 = __nv_fp8_e4m3;
-      const bool block = p.a_scale_kind == Scale::kBlock;
-      if (kernel == Kernel::kSm90SwapSized) return LaunchSwapSized<F8, Out>(p, stream, props);
-      if (kernel == Kernel::kSm90SwapHalf) {
-        return LaunchSwapHalfN<F8, Out>(SwapHalfN(p, props.sm_count), p, stream, props);
-      }
-      if (kernel == Kernel::kSm90Small) {
-        return block ? LaunchSm90<Sm90BlockSmall, Out>(p, stream, props)
-                     : LaunchSm90<Sm90Small<F8>, Out>(p, stream, props);
-      }
-      if (kernel == Kernel::kSm90Mid) {
-        return block ? LaunchSm90<Sm90BlockMid, Out>(p, stream, props)
-                     : LaunchSm90<Sm90Mid<F8>, Out>(p, stream, props);
-      }
-      if (block) {
-        return BlockWide(p, props.sm_count) ? LaunchSm90<Sm90Block, Out>(p, stream, props)
-                                            : LaunchSm90<Sm90BlockMid, Out>(p, stream, props);
-      }
-      return LaunchSm90<Sm90Large<F8>, Out>(p, stream, props);
+    switch (p.in_type) {
+      case Elem::kE4M3:
+        return GemmTiles<__nv_fp8_e4m3, Out>(p, stream, props);
+      case Elem::kF16:
+        return GemmTiles<__half, Out>(p, stream, props);
+      case Elem::kBF16:
+        return GemmTiles<__nv_bfloat16, Out>(p, stream, props);
+      default:
+        return cudaErrorInvalidValue;
     }
-    auto run16 = [&](auto t) -> cudaError_t {
-      using T = decltype(t);
-      if constexpr (std::is_same_v<Out, float> || std::is_same_v<Out, T>) {
-        switch (kernel) {
-          case Kernel::kSm90Large:
-            XK_CUDA_TRY((LaunchSm90<Sm90Large<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90Mid:
-            XK_CUDA_TRY((LaunchSm90<Sm90Mid<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90Wide192:
-            XK_CUDA_TRY((LaunchSm90<Sm90Wide192<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90Slim:
-            XK_CUDA_TRY((LaunchSm90<Sm90Slim<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90Wide144:
-            XK_CUDA_TRY((LaunchSm90<Sm90Wide144<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90Swap192:
-            XK_CUDA_TRY((LaunchSm90<Sm90Swap192<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90SwapSized:
-            XK_CUDA_TRY((LaunchSwapSized<T, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm90SwapHalf:
-            XK_CUDA_TRY((LaunchSwapHalfN<T, Out>(SwapHalfN(q, props.sm_count), q, stream, props)));
-            break;
-          case Kernel::kSm90Small:
-            XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm80Large:
-            XK_CUDA_TRY((LaunchSm80<Sm80Large, T, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm80Mid:
-            XK_CUDA_TRY((LaunchSm80<Sm80Mid, T, Out>(q, stream, props)));
-            break;
-          case Kernel::kSm80Small:
-            XK_CUDA_TRY((LaunchSm80<Sm80Small, T, Out>(q, stream, props)));
-            break;
-        }
-        return whole ? LaunchSplitKReduce<Out>(p, stream, props) : cudaSuccess;
-      }
-      return cudaErrorInvalidValue;  // 16-bit inputs give their own type or float
-    };
-    if (p.in_type == Elem::kF16) return run16(__half{});
-    if (p.in_type == Elem::kBF16) return run16(__nv_bfloat16{});
-    return cudaErrorInvalidValue;
   });
 }
 
