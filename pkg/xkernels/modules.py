@@ -1,6 +1,7 @@
 """The compiled modules: one shared library per kernel family.
 
-Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`) plus the
+Each module is a CUDA translation unit of exported TVM-FFI functions (`bindings/<name>.cu`; gemm's
+tile launches in units of their own, `bindings/gemm_tiles_*.cu`, built in parallel) plus the
 host implementations (`bindings/host/ops.cc`, `attention.cc`, `gemm.cc`, `rope.cc`: plain C++;
 the row ops' and attention's with the thread pool of `parallel.cc`), linked into `<name>.so`.
 """
