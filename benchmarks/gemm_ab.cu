@@ -429,7 +429,8 @@ int main() {
                 (std::string(set).rfind("gap", 0) == 0 && std::string(set) != "gap8"))) {
       static Cublas cublas;
       if (cublas.gemm != nullptr) vs.push_back({"cublas", [](Params q) { return cublas(q); }});
-      // the dispatch before the sized swapped tiles: TileGrid's tile and PlanSplits' split
+      // the dispatch before the swapped sized tiles: TileGrid's tile (since 2026-11-28 also the
+      // 128 x 144 tiles) and PlanSplits' split
       vs.push_back({"old", [ws, &props](Params q) {
                       const int sms = props.sm_count;
                       const gemm::Kernel k = gemm::TileGrid(q, sms);
@@ -452,6 +453,8 @@ int main() {
                           return gemm::LaunchSm90<gemm::Sm90Wide192<B16>, B16>(q, 0, props);
                         case gemm::Kernel::kSm90Slim:
                           return gemm::LaunchSm90<gemm::Sm90Slim<B16>, B16>(q, 0, props);
+                        case gemm::Kernel::kSm90Wide144:
+                          return gemm::LaunchSm90<gemm::Sm90Wide144<B16>, B16>(q, 0, props);
                         case gemm::Kernel::kSm90Swap192:
                           return gemm::LaunchSm90<gemm::Sm90Swap192<B16>, B16>(q, 0, props);
                         default:

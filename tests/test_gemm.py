@@ -671,7 +671,7 @@ HALF_SHAPES = {"48": (96, 4000, 1000), "64-t8": (500, 1000, 1000), "80": (150, 4
                "128": (250, 4040, 1000), "192": (380, 4104, 1000)}
 
 
-# The 128 x 144 tiles (gemm.h's Wide144Fits on 132 SMs: one round of 96-100% of the SMs): 3 rows
+# The 128 x 144 tiles (gemm.h's TileGrid on 132 SMs: one round of 96-100% of the SMs): 3 rows
 # of tiles by 43 (m 384 x n 6104: a partial last column tile of 56), the last row shifted (m
 # 360), 2 rows by 64 (m 200 x n 9200), and over 64 x 256 tiles that would pad m by 48 rows (m
 # 272). Every variant, as above (element stores only: 144 columns are no whole 64-column box).

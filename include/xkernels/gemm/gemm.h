@@ -70,7 +70,7 @@ using Sm90Mid = Sm90Tile<T, 2, 128, 6, false>;
 // 5 stages of 40 KB and a 24 KB C buffer, in clusters of 2 as Sm90Large
 template <typename T>
 using Sm90Wide192 = Sm90Tile<T, 2, 192, 5, false, 2>;
-// 16-bit m > 128 whose grid of 128 x 144 tiles is one round of 96-100% of the SMs (Wide144Fits):
+// 16-bit m > 128 whose grid of 128 x 144 tiles is one round of 96-100% of the SMs (TileGrid):
 // unclustered, 6 stages of 34 KB, element stores (144 columns are no whole number of 64-column
 // boxes). cuBLAS runs 128 x 144 tiles at 384 x 6144 x 4096 (43 x 3 of them).
 template <typename T>
@@ -267,7 +267,20 @@ inline int64_t SwapSplits(int64_t tiles, int64_t kb, int sms) {
 // - Sm90Swap192's swapped 128 x 192 tiles (not gated): 0.85, split to fill the SMs where they fill
 //   at most half (only where m spans two or more of their 192 rows: for fewer, the 128 x 128 tiles'
 //   split in two won at every shape measured), else with stream-K;
-// - Sm90Slim's 64 x 256 tiles where m % 128 is 1..64: 0.65.
+// - Sm90Slim's 64 x 256 tiles where m % 128 is 1..64: 0.65;
+// then Sm90Wide144's 128 x 144 tiles (not gated) over the choice where they make one round of
+// 96-100% of the SMs, unless the choice is the swapped 128 x 192 tiles (not measured against
+// them) or 64 x 256 tiles that pad m by less than 32 rows. Fitted on the H100 (gemm_ab
+// AB_SET=gap7, weights rotating, two runs, GPU-4cd5c8ab; us, the choice before -> 128 x 144,
+// cuBLAS): 384 x 6144 x 4096 40.8 -> 35.2 (31.1; 128 x 128 tiles with stream-K), 384 x 6144 x
+// 14336 135.7 -> 113.2 (105.8; 128 x 192), 200 / 256 x 9216 x 4096 42.8 / 49.4 -> 39.1 / 44.0
+// (37.1 / 38.1), 512 x 4608 x 3584 35.8 -> 30.9 (27.6), 768 x 3072 x 3072 31.9 -> 28.9 (22.9),
+// 1024 x 2304 x 2304 25.8 -> 21.7 (17.9); over 64 x 256 tiles padding m by 48 rows, 272 x 6144 x
+// 4096 37.2 -> 33.4 (27.3) and 400 x 4608 x 3584 32.6 -> 30.2 (28.3); against unpadded ones they
+// tied or lost: 320 x 6144 x 4096 34.7 / 34.4, 448 x 4608 x 3584 29.4 / 29.8, 704 x 3072 x 3072
+// 24.1 / 28.9. Where the grid fills less of the SMs they lost (192 / 256 x 6144 x 4096, 86
+// tiles: 28.4 / 28.8 -> 36.5 / 37.5), and in clusters of 2 (sharing a or b) they ran no faster
+// (AB_SET=gap6, GPU-6befdf08).
 // Ties go to the wider. A few rounds of a mid-sized m are where it matters: 256 x 4096 x 4096 is 32
 // wide tiles or 64 narrow ones, one round either way; 768 x 4096 x 4096 is 48 clusters of 128 x 256
 // on 66 slots, or 66 of 128 x 192. The factors were fitted to a .dev probe of 93 shapes, m 129 to
@@ -319,29 +332,12 @@ inline Kernel TileGrid(const Params& p, int sms) {
   for (const auto& [cost, kernel] : others) {
     if (cost < t) t = cost, best = kernel;
   }
+  const int64_t t144 = rows * ceil_div<int64_t>(p.n, 144);
+  if (!gated && t144 <= sms && t144 * 25 >= int64_t{sms} * 24 && best != Kernel::kSm90Swap192 &&
+      !(best == Kernel::kSm90Slim && ceil_div(p.m, 64) * 64 - p.m < 32)) {
+    return Kernel::kSm90Wide144;
+  }
   return best;
-}
-
-// Whether 16-bit p (m > 128, not gated) takes Sm90Wide144's 128 x 144 tiles on `sms` SMs: where
-// they make one round of 96-100% of the SMs, unless TileGrid takes the swapped 128 x 192 tiles
-// (not measured against them) or 64 x 256 tiles that pad m by less than 32 rows. Fitted on the
-// H100 (gemm_ab AB_SET=gap7, weights rotating, two runs, GPU-4cd5c8ab; us, TileGrid's tile ->
-// 128 x 144, cuBLAS): 384 x 6144 x 4096 40.8 -> 35.2 (31.1; 128 x 128 tiles with stream-K),
-// 384 x 6144 x 14336 135.7 -> 113.2 (105.8; 128 x 192), 200 / 256 x 9216 x 4096 42.8 / 49.4 ->
-// 39.1 / 44.0 (37.1 / 38.1), 512 x 4608 x 3584 35.8 -> 30.9 (27.6), 768 x 3072 x 3072 31.9 ->
-// 28.9 (22.9), 1024 x 2304 x 2304 25.8 -> 21.7 (17.9); over 64 x 256 tiles padding m by 48 rows,
-// 272 x 6144 x 4096 37.2 -> 33.4 (27.3) and 400 x 4608 x 3584 32.6 -> 30.2 (28.3); against
-// unpadded ones they tied or lost: 320 x 6144 x 4096 34.7 / 34.4, 448 x 4608 x 3584 29.4 / 29.8,
-// 704 x 3072 x 3072 24.1 / 28.9. Where the grid fills less of the SMs they lost (192 / 256 x 6144
-// x 4096, 86 tiles: 28.4 / 28.8 -> 36.5 / 37.5), and in clusters of 2 (sharing a or b) they ran
-// no faster (AB_SET=gap6, GPU-6befdf08).
-inline bool Wide144Fits(const Params& p, int sms) {
-  if (p.in_type == Elem::kE4M3 || p.act >= 0 || p.m <= 128) return false;
-  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, 128)) * ceil_div(p.n, 144);
-  if (tiles > sms || tiles * 25 < int64_t{sms} * 24) return false;
-  const Kernel grid = TileGrid(p, sms);
-  return grid != Kernel::kSm90Swap192 &&
-         !(grid == Kernel::kSm90Slim && ceil_div(p.m, 64) * 64 - p.m < 32);
 }
 
 // The kernel version and tile for p on a device of compute capability major `cc_major` with
@@ -355,7 +351,6 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
     if (SwapHalfN(p, sms) > 0) return Kernel::kSm90SwapHalf;
     if (p.m <= 128) return Kernel::kSm90Mid;
     if (SwapSizedN(p, sms) > 0) return Kernel::kSm90SwapSized;
-    if (Wide144Fits(p, sms)) return Kernel::kSm90Wide144;
     return p.in_type == Elem::kE4M3 ? Kernel::kSm90Large : TileGrid(p, sms);
   }
   if (p.m <= 16) return Kernel::kSm80Small;
