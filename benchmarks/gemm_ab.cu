@@ -18,7 +18,9 @@
 // 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS; gap8: e4m3 row-wise at m
 // 96-512, the one-group swapped tiles forced; gap6: n 4608-28672, the plain 128 x n tiles also in
 // clusters of 2 ("wa<n>" sharing a's tile, "wb<n>" sharing b's); gap7: shapes whose 128 x 144
-// grid is one round of 97-100% of 132 SMs ("w144s6": 6 stages, as gemm.h's Sm90Wide144).
+// grid is one round of 97-100% of 132 SMs ("w144s6": 6 stages, as gemm.h's Sm90Wide144); blk:
+// e4m3 block scales at five shapes, the 128 x 256 tiles ("b256") beside the dispatch (how the
+// rescaled loop's vote along k was measured, 2026-11-28, with its variants as template knobs).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -27,6 +29,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -288,6 +291,14 @@ int main() {
     }
     shapes.push_back({4096, 4096, 4096, Elem::kE4M3, Scale::kRow});
   }
+  if (set && std::string(set) == "blk") {  // e4m3 block scales: the rescaled loop's variants
+    shapes.clear();
+    for (auto mnk : {std::array<int, 3>{8192, 8192, 8192}, {4096, 4096, 4096}, {8192, 4096, 14336},
+                     {4096, 7168, 7168}, {8192, 7168, 2048}}) {
+      shapes.push_back({mnk[0], mnk[1], mnk[2], Elem::kE4M3, Scale::kBlock});
+    }
+    shapes.push_back({8192, 8192, 8192, Elem::kE4M3, Scale::kTensor});
+  }
   const char* only = std::getenv("AB_ONLY");  // "m,n,k": that shape only
   for (const S& s : shapes) {
     if (only &&
@@ -484,6 +495,10 @@ int main() {
       vs.push_back({"n160c2", Direct<gemm::Sm90Tile<F8, 2, 160, 6, false, 2>>(ws, props)});
       vs.push_back({"n192", Direct<gemm::Sm90Tile<F8, 2, 192, 5, false, 1>>(ws, props)});
       vs.push_back({"n192c2", Direct<gemm::Sm90Tile<F8, 2, 192, 5, false, 2>>(ws, props)});
+    } else if (set && std::string(set) == "blk") {
+      if (s.sc == Scale::kBlock) {
+        vs.push_back({"b256", Direct<gemm::Sm90Tile<F8, 2, 256, 4, true>>(ws, props)});
+      }
     } else if (s.act >= 0) {
     } else if (s.in == Elem::kBF16) {
       vs.push_back({"sk+ord", Direct<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>>(ws, props)});
