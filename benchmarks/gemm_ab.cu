@@ -10,8 +10,9 @@
 // PlanSplits' split; "dp" and "sk" are unsplit); mid2: n of 24-56 weight tiles, where SwapSizedN
 // does not take the sized tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row
 // tiles of 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k:
-// that shape only; AB_ROT=1: each timed call on the next of several copies of b (150 MB or more
-// in all, so that the weights come from memory); gap: bf16 shapes of m 160-384 where cuBLAS led
+// that shape only; AB_SCALE=tensor / row / block: those e4m3 shapes only; AB_ROT=1: each timed
+// call on the next of several copies of b (150 MB or more in all, so that the weights come from
+// memory); gap: bf16 shapes of m 160-384 where cuBLAS led
 // by 15-50% (2026-11-28), every 16-bit tile forced (splits 1-4, sized swapped a-tiles, the
 // one-group swapped tiles "h<rows>"); gap2 / gap3: m 136-1024 / 96-128 over n 1024-8192, the
 // one-group swapped tiles at each size whose grid fits one round (and split in two) and plain
@@ -306,6 +307,12 @@ int main() {
       continue;
     }
     if (set && std::string(set) == "fp8" && s.in != Elem::kE4M3) continue;
+    if (const char* sc = std::getenv("AB_SCALE")) {  // tensor, row or block: those e4m3 shapes only
+      const Scale want = std::string(sc) == "tensor" ? Scale::kTensor
+                         : std::string(sc) == "row"  ? Scale::kRow
+                                                     : Scale::kBlock;
+      if (s.sc != want) continue;
+    }
     const int eb = s.in == Elem::kE4M3 ? 1 : 2;
     uint8_t *a, *b;
     void* out;
