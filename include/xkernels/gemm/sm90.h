@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
       // e4m3 per-tensor / per-row scales of this thread's rows and columns, loaded now so that
       // the epilogue does not wait for them (1 for 16-bit operands and block scales; loaded in
       // the epilogue, behind its stores, they cost e4m3 8192^3 12-15%). A per-tensor b scale
-      // joins a's: one load and 64 fewer products. (RowScale per column, a branch on the kind
+      // joins a's: one load and 128 fewer products. (RowScale per column, a branch on the kind
       // around each of 64 loads, cost e4m3 8192^3 4% per tensor and 3% per row, 4096^3 per row
       // 4.5%: GEMM v10, benchmarks/README.md.)
       constexpr bool kEpilogueScales = sizeof(T) == 1 && !Tl::kBlockScale;
