@@ -3,25 +3,25 @@
 // that clock and power drift falls on all of them alike; medians, and each variant's time over the
 // first's. How the stream-K rule and the block-scale turns were measured (benchmarks/README.md,
 // GEMM kernel versions). Variants: "dp" whole tiles only (no workspace), "sk" as dispatched, then
-// tile variants called directly; each variant's output (NaN-poisoned before) against the
-// first's, the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only;
-// AB_SET=mid / mid8: bf16 / e4m3 row-wise at mid-sized m against the dispatch before the sized
-// swapped tiles ("old") and cuBLAS (bf16), with the call as the adapters make it ("lib":
-// PlanSplits' split; "dp" and "sk" are unsplit); mid2: n of 24-56 weight tiles, where SwapSizedN
-// does not take the sized tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row
-// tiles of 128 x 128-192 (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k:
-// that shape only; AB_SCALE=tensor / row / block: those e4m3 shapes only; AB_ROT=1: each timed
-// call on the next of several copies of b (150 MB or more in all, so that the weights come from
-// memory); gap: bf16 shapes of m 160-384 where cuBLAS led
-// by 15-50% (2026-11-28), every 16-bit tile forced (splits 1-4, sized swapped a-tiles, the
-// one-group swapped tiles "h<rows>"); gap2 / gap3: m 136-1024 / 96-128 over n 1024-8192, the
-// one-group swapped tiles at each size whose grid fits one round (and split in two) and plain
-// 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS; gap8: e4m3 row-wise at m
-// 96-512, the one-group swapped tiles forced; gap6: n 4608-28672, the plain 128 x n tiles also in
-// clusters of 2 ("wa<n>" sharing a's tile, "wb<n>" sharing b's); gap7: shapes whose 128 x 144
-// grid is one round of 97-100% of 132 SMs ("w144s6": 6 stages, as gemm.h's Sm90Wide144); blk:
-// e4m3 block scales at five shapes, the 128 x 256 tiles ("b256") beside the dispatch (how the
-// rescaled loop's vote along k was measured, 2026-11-28, with its variants as template knobs).
+// tile variants called directly; each variant's output (NaN-poisoned before) against the first's,
+// the largest |x - y| / (|y| + 1) printed as d. AB_SET=fp8: the e4m3 shapes only; AB_SET=mid /
+// mid8: bf16 / e4m3 row-wise at mid-sized m against the dispatch before the sized swapped tiles
+// ("old") and cuBLAS (bf16), with the call as the adapters make it ("lib": PlanSplits' split; "dp"
+// and "sk" are unsplit); mid2: n of 24-56 weight tiles, where SwapSizedN does not take the sized
+// tiles, with them forced ("swN"); fp8t: e4m3 per-tensor and per-row tiles of 128 x 128-192
+// (cuBLASLt's shapes) against the dispatch's 128 x 256; AB_ONLY=m,n,k: that shape only;
+// AB_SCALE=tensor / row / block: those e4m3 shapes only; AB_ROT=1: each timed call on the next of
+// several copies of b (150 MB or more in all, so that the weights come from memory); gap: bf16
+// shapes of m 160-384 where cuBLAS led by 15-50% (2026-11-28), every 16-bit tile forced (splits
+// 1-4, sized swapped a-tiles, the one-group swapped tiles "h<rows>"); gap2 / gap3: m 136-1024 /
+// 96-128 over n 1024-8192, the one-group swapped tiles at each size whose grid fits one round (and
+// split in two) and plain 128 x n tiles "w<n>" (n 96-192) against the dispatch and cuBLAS; gap8:
+// e4m3 row-wise at m 96-512, the one-group swapped tiles forced; gap6: n 4608-28672, the plain 128
+// x n tiles also in clusters of 2 ("wa<n>" sharing a's tile, "wb<n>" sharing b's); gap7: shapes
+// whose 128 x 144 grid is one round of 97-100% of 132 SMs ("w144s6": 6 stages, as gemm.h's
+// Sm90Wide144); blk: e4m3 block scales at five shapes, the 128 x 256 tiles ("b256") beside the
+// dispatch (how the rescaled loop's vote along k was measured, 2026-11-28, with its variants as
+// template knobs).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -30,7 +30,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -292,13 +291,13 @@ int main() {
     }
     shapes.push_back({4096, 4096, 4096, Elem::kE4M3, Scale::kRow});
   }
-  if (set && std::string(set) == "blk") {  // e4m3 block scales: the rescaled loop's variants
-    shapes.clear();
-    for (auto mnk : {std::array<int, 3>{8192, 8192, 8192}, {4096, 4096, 4096}, {8192, 4096, 14336},
-                     {4096, 7168, 7168}, {8192, 7168, 2048}}) {
-      shapes.push_back({mnk[0], mnk[1], mnk[2], Elem::kE4M3, Scale::kBlock});
-    }
-    shapes.push_back({8192, 8192, 8192, Elem::kE4M3, Scale::kTensor});
+  if (set && std::string(set) == "blk") {  // e4m3 block scales (and per tensor at 8192^3)
+    shapes = {{8192, 8192, 8192, Elem::kE4M3, Scale::kBlock},
+              {4096, 4096, 4096, Elem::kE4M3, Scale::kBlock},
+              {8192, 4096, 14336, Elem::kE4M3, Scale::kBlock},
+              {4096, 7168, 7168, Elem::kE4M3, Scale::kBlock},
+              {8192, 7168, 2048, Elem::kE4M3, Scale::kBlock},
+              {8192, 8192, 8192, Elem::kE4M3, Scale::kTensor}};
   }
   const char* only = std::getenv("AB_ONLY");  // "m,n,k": that shape only
   for (const S& s : shapes) {
