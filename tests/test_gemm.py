@@ -649,16 +649,6 @@ SIZED_SHAPES = {80: (150, 8000, 1000), 96: (192, 8000, 1000), 112: (440, 3976, 1
                 128: (512, 4000, 1000), 144: (570, 4000, 1000), 160: (320, 8000, 1000)}
 
 
-@gpu
-@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("n_t", list(SIZED_SHAPES))
-@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
-def test_gpu_gemm_swap_sized(dtype, n_t, variant):
-    m, n, k = SIZED_SHAPES[n_t]
-    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpusized", dtype, n_t, variant),
-                    **GEMM_VARIANTS[variant]))
-
-
 # The one-group swapped tiles (gemm.h's SwapHalfPlan on 132 SMs: 16-bit, weight tiles of 64 rows,
 # t = 2-8 a-tiles of 48-192 rows in clusters of 2 sharing the weight tile), each form: 48 rows (m
 # 96 x n 4000: m <= 128, 63 weight tiles, a partial one), 64 (m 500 x n 1000: t = 8, TMA stores),
@@ -679,23 +669,23 @@ WIDE144_SHAPES = {"whole": (384, 6104, 1000), "shifted": (360, 6104, 1000),
                   "two-rows": (200, 9200, 1000), "over-slim": (272, 6104, 1000)}
 
 
-@gpu
-@pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("form", list(WIDE144_SHAPES))
-@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
-def test_gpu_gemm_wide144(dtype, form, variant):
-    m, n, k = WIDE144_SHAPES[form]
-    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpuwide144", dtype, form, variant),
-                    **GEMM_VARIANTS[variant]))
+# The three tile families above, one test: each shape's id is its family and key ("sized-80",
+# "half-64-t8", "wide144-whole"; until 2026-11-28 three tests, test_gpu_gemm_swap_sized,
+# test_gpu_gemm_swap_half and test_gpu_gemm_wide144, with the same seeds).
+TILE_SHAPES = {f"{family}-{key}": (seed_tag, key, shape)
+               for family, seed_tag, shapes in (("sized", "gpusized", SIZED_SHAPES),
+                                                ("half", "gpuhalf", HALF_SHAPES),
+                                                ("wide144", "gpuwide144", WIDE144_SHAPES))
+               for key, shape in shapes.items()}
 
 
 @gpu
 @pytest.mark.parametrize("variant", list(GEMM_VARIANTS))
-@pytest.mark.parametrize("n_t", list(HALF_SHAPES))
+@pytest.mark.parametrize("shape_id", list(TILE_SHAPES))
 @pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
-def test_gpu_gemm_swap_half(dtype, n_t, variant):
-    m, n, k = HALF_SHAPES[n_t]
-    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gpuhalf", dtype, n_t, variant),
+def test_gpu_gemm_tile_shapes(dtype, shape_id, variant):
+    seed_tag, key, (m, n, k) = TILE_SHAPES[shape_id]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of(seed_tag, dtype, key, variant),
                     **GEMM_VARIANTS[variant]))
 
 

@@ -396,8 +396,14 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
     detail::Unit w;
     for (detail::Work<Tl> work(p); work.Next(p, rank, &w);) {
       const int row0 = w.m0 + 64 * cw + 16 * warp + g;  // and row0 + 8
+      // The plain tiles' first wgmma of a unit starts from zero (scale-d 0) rather than from
+      // zeroed accumulators: 128 register writes fewer per unit and thread (gemm_ab, GPU-eeb37818:
+      // 0.4-4.8% off the 128 x 256 tiles at 8192^3 .. 16384 x 8192 x 2048). Block tiles and
+      // empty k ranges (split-K) still zero them.
+      if (Tl::kBlockScale || w.kb_count == 0) {
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+        for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+      }
       // e4m3 per-tensor / per-row scales of this thread's rows and columns, loaded now so that
       // the epilogue does not wait for them (1 for 16-bit operands and block scales; loaded in
       // the epilogue, behind its stores, they cost e4m3 8192^3 12-15%). A per-tensor b scale
@@ -436,7 +442,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
 #pragma unroll
           for (int s = 0; s < kSteps; ++s) {  // 32 bytes of k per step
             wgmma::mma<kBN, T>(acc, wgmma::desc_sw128(sa + 32 * s), wgmma::desc_sw128(sb + 32 * s),
-                               1);
+                               (s == 0 && kb == 0) ? 0u : 1u);
           }
           wgmma::commit();
           pass_turn();
