@@ -60,10 +60,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _hf_run(model, ids: torch.Tensor, steps: torch.Tensor) -> list[torch.Tensor]:
     """Logits of a prefill of ids, then one step per column of steps (HF's DynamicCache)."""
-    cache = transformers.DynamicCache(config=model.config)
-    outs = [model(ids, cache=cache, use_cache=True).logits[:, -1]]
+    cache = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
+    outs = [model(ids, **cache, use_cache=True).logits[:, -1]]
     for i in range(steps.shape[1]):
-        outs.append(model(steps[:, i: i + 1], cache=cache, use_cache=True).logits[:, -1])
+        outs.append(model(steps[:, i: i + 1], **cache, use_cache=True).logits[:, -1])
     return outs
 
 
@@ -72,9 +72,10 @@ def _xk_run(model, ids, steps, page_size: int) -> list[torch.Tensor]:
     cache = xnn.PagedKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim,
                              batch_size=ids.shape[0], max_seq_len=ids.shape[1] + steps.shape[1],
                              page_size=page_size, dtype=torch.bfloat16, device=ids.device)
-    outs = [model(ids, cache=cache).logits[:, -1]]
+    cache = {xnn.cache_kwarg(model): cache}
+    outs = [model(ids, **cache).logits[:, -1]]
     for i in range(steps.shape[1]):
-        outs.append(model(steps[:, i: i + 1], cache=cache).logits[:, -1])
+        outs.append(model(steps[:, i: i + 1], **cache).logits[:, -1])
     return outs
 
 
@@ -118,18 +119,18 @@ def test_patched_model_matches_hf_gpu(kind):
 def _padded_run(model, ids, mask, steps) -> list[torch.Tensor]:
     """Logits at each request's last token: a prefill of left-padded ids (mask: 1 real, 0
     padding), then decode steps, positions counted over the real tokens (as generate does)."""
-    cache = transformers.DynamicCache(config=model.config)
+    cache = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
 
     def pos(m):
         return (m.long().cumsum(1) - 1).clamp(min=0)
 
     p = pos(mask)
-    outs = [model(ids, attention_mask=mask, position_ids=p, cache=cache,
+    outs = [model(ids, attention_mask=mask, position_ids=p, **cache,
                   use_cache=True).logits[:, -1]]
     for i in range(steps.shape[1]):
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         outs.append(model(steps[:, i: i + 1], attention_mask=mask,
-                          position_ids=pos(mask)[:, -1:], cache=cache,
+                          position_ids=pos(mask)[:, -1:], **cache,
                           use_cache=True).logits[:, -1])
     return outs
 
@@ -204,6 +205,31 @@ def test_patch_keeps_weights():
     assert torch.equal(new.mlp.gate_up[: HOST["intermediate_size"]], gate)
     assert torch.equal(new.self_attn.q_norm, qn)
     assert isinstance(model.model.norm, xnn.RMSNorm)
+
+
+def test_cache_keyword():
+    """cache_kwarg names the keyword a forward takes its cache by; a PagedKVCache that reached the
+    patched layers as `cache=` while HF's model made a cache of its own (a transformers whose
+    forward takes past_key_values=, which passes `cache=` on unread) is refused, not run with the
+    positions of that empty cache."""
+
+    def new_forward(input_ids=None, cache=None, **kwargs):
+        return None
+
+    def old_forward(input_ids=None, past_key_values=None, **kwargs):
+        return None
+
+    assert xnn.cache_kwarg(new_forward) == "cache"
+    assert xnn.cache_kwarg(old_forward) == "past_key_values"
+    model = _model("llama", HOST, "cpu")
+    model.to(torch.bfloat16)
+    xnn.patch(model, strict=True)
+    paged = xnn.PagedKVCache(HOST["num_hidden_layers"], HOST["num_key_value_heads"],
+                             HOST["head_dim"], batch_size=1, max_seq_len=8)
+    x = torch.randn(1, 3, HOST["hidden_size"], dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="past_key_values"):
+        model.model.layers[0](x, cache=paged,
+                              past_key_values=transformers.DynamicCache(config=model.config))
 
 
 def test_paged_cache_table():

@@ -28,7 +28,7 @@ from torch import nn  # noqa: PLW0406 (ruff takes adapters/torch/nn.py for torch
 from .. import fallback, reference
 
 __all__ = ["Attention", "DecoderLayer", "GatedMLP", "PagedKVCache", "RMSNorm", "RopeConfig",
-           "patch", "rope_inv_freq"]
+           "cache_kwarg", "patch", "rope_inv_freq"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _ROW_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -633,6 +633,15 @@ class HFDecoderLayer(nn.Module):
     def forward(self, hidden_states: torch.Tensor, attention_mask: Any = None,
                 position_ids: torch.Tensor | None = None, cache: Any = None,
                 past_key_values: Any = None, **kwargs: Any) -> torch.Tensor:
+        if (isinstance(cache, PagedKVCache) and past_key_values is not None
+                and past_key_values is not cache):
+            # the model's forward did not take `cache=` (transformers before it was renamed from
+            # past_key_values): it passed the keyword through to here, and made a cache of its
+            # own, whose empty length set position_ids, so RoPE would rotate by wrong positions
+            raise TypeError(
+                "xkernels: a PagedKVCache passed as `cache=` to a transformers model whose "
+                "forward takes `past_key_values=` (this transformers version); pass it as "
+                "`past_key_values=` (xkernels.torch.nn.cache_kwarg(model) names the keyword)")
         cache = cache if cache is not None else past_key_values
         if position_ids is None:
             start = cache.get_seq_length() if cache is not None else 0
@@ -730,12 +739,24 @@ def _decoder_from_hf(layer: nn.Module, config: Any, idx: int, rope: RopeConfig,
     return out
 
 
+def cache_kwarg(model: Any) -> str:
+    """The keyword by which a Hugging Face model (or layer) takes its cache: "cache" where its
+    forward has that parameter (newer transformers 5 releases), else "past_key_values" (earlier
+    ones, e.g. 5.17). A keyword the forward does not take is passed on unread: HF's model then
+    runs without that cache."""
+    import inspect
+
+    forward = getattr(model, "forward", model)
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 def patch(model: nn.Module, *, strict: bool | None = None) -> nn.Module:
     """Swap xkernels' layers into a Hugging Face Llama / Mistral / Qwen2 / Qwen3 model in place
     (its weights kept; q, k, v and gate, up concatenated into one weight each) and return it.
 
-    The patched model takes ``cache=PagedKVCache(...)`` (prefill, then decode steps; unpadded
-    requests), a Hugging Face cache (``generate`` works, padded batches included: HF's
+    The patched model takes a ``PagedKVCache(...)`` as its cache (prefill, then decode steps;
+    unpadded requests; by the keyword ``cache_kwarg(model)`` names: ``cache=`` or, in earlier
+    transformers 5 releases, ``past_key_values=``), a Hugging Face cache (``generate`` works, padded batches included: HF's
     ``attention_mask`` leaves out the padding, ``padded_attention``), or none."""
     inner = getattr(model, "model", model)
     config = model.config

@@ -508,7 +508,8 @@ def _dist_version(*names: str) -> str | None:
 
 
 def versions() -> dict[str, str]:
-    """xkernels, torch, triton, tvm_ffi, cuda, flashinfer, liger: those present (no peer import)."""
+    """xkernels, torch, triton, tvm_ffi, cuda, flashinfer, liger, flash_attn, transformers (the
+    model family's HF layers): those present (no peer import)."""
     out = {"xkernels": __version__}
     try:
         import torch
@@ -521,7 +522,8 @@ def versions() -> dict[str, str]:
     for key, dists in (("triton", ("triton", "pytorch-triton")), ("tvm_ffi", ("apache-tvm-ffi",)),
                        ("flashinfer", ("flashinfer-python", "flashinfer")),
                        ("liger", ("liger-kernel", "liger_kernel")),
-                       ("flash_attn", ("flash-attn", "flash_attn"))):
+                       ("flash_attn", ("flash-attn", "flash_attn")),
+                       ("transformers", ("transformers",))):
         v = _dist_version(*dists)
         if v is not None:
             out[key] = v

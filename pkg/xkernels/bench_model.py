@@ -151,10 +151,16 @@ def _hf_fn(case: Case, cfg, layer, inp: Inputs, compiled: bool) -> Callable[[], 
     cl.keys[:, :, : case.kv_len].copy_(inp.keys.transpose(1, 2))
     cl.values[:, :, : case.kv_len].copy_(inp.values.transpose(1, 2))
 
+    # the layer's cache keyword ("cache", or "past_key_values" in earlier transformers 5
+    # releases: a keyword the layer does not take would leave its attention over the new token)
+    from xkernels.torch.nn import cache_kwarg
+
+    kw = {cache_kwarg(layer): cache}
+
     def call():
         cl.cumulative_length.fill_(case.kv_len)
-        return fn(inp.x, attention_mask=None, position_ids=inp.positions, cache=cache,
-                  position_embeddings=inp.cos_sin)
+        return fn(inp.x, attention_mask=None, position_ids=inp.positions,
+                  position_embeddings=inp.cos_sin, **kw)
     return call
 
 
