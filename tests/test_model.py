@@ -60,10 +60,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _hf_run(model, ids: torch.Tensor, steps: torch.Tensor) -> list[torch.Tensor]:
     """Logits of a prefill of ids, then one step per column of steps (HF's DynamicCache)."""
-    cache = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
-    outs = [model(ids, **cache, use_cache=True).logits[:, -1]]
+    kw = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
+    outs = [model(ids, **kw, use_cache=True).logits[:, -1]]
     for i in range(steps.shape[1]):
-        outs.append(model(steps[:, i: i + 1], **cache, use_cache=True).logits[:, -1])
+        outs.append(model(steps[:, i: i + 1], **kw, use_cache=True).logits[:, -1])
     return outs
 
 
@@ -72,10 +72,10 @@ def _xk_run(model, ids, steps, page_size: int) -> list[torch.Tensor]:
     cache = xnn.PagedKVCache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim,
                              batch_size=ids.shape[0], max_seq_len=ids.shape[1] + steps.shape[1],
                              page_size=page_size, dtype=torch.bfloat16, device=ids.device)
-    cache = {xnn.cache_kwarg(model): cache}
-    outs = [model(ids, **cache).logits[:, -1]]
+    kw = {xnn.cache_kwarg(model): cache}  # (cache= or past_key_values=, by transformers version)
+    outs = [model(ids, **kw).logits[:, -1]]
     for i in range(steps.shape[1]):
-        outs.append(model(steps[:, i: i + 1], **cache).logits[:, -1])
+        outs.append(model(steps[:, i: i + 1], **kw).logits[:, -1])
     return outs
 
 
@@ -119,18 +119,18 @@ def test_patched_model_matches_hf_gpu(kind):
 def _padded_run(model, ids, mask, steps) -> list[torch.Tensor]:
     """Logits at each request's last token: a prefill of left-padded ids (mask: 1 real, 0
     padding), then decode steps, positions counted over the real tokens (as generate does)."""
-    cache = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
+    kw = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
 
     def pos(m):
         return (m.long().cumsum(1) - 1).clamp(min=0)
 
     p = pos(mask)
-    outs = [model(ids, attention_mask=mask, position_ids=p, **cache,
+    outs = [model(ids, attention_mask=mask, position_ids=p, **kw,
                   use_cache=True).logits[:, -1]]
     for i in range(steps.shape[1]):
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         outs.append(model(steps[:, i: i + 1], attention_mask=mask,
-                          position_ids=pos(mask)[:, -1:], **cache,
+                          position_ids=pos(mask)[:, -1:], **kw,
                           use_cache=True).logits[:, -1])
     return outs
 

@@ -756,8 +756,9 @@ def patch(model: nn.Module, *, strict: bool | None = None) -> nn.Module:
 
     The patched model takes a ``PagedKVCache(...)`` as its cache (prefill, then decode steps;
     unpadded requests; by the keyword ``cache_kwarg(model)`` names: ``cache=`` or, in earlier
-    transformers 5 releases, ``past_key_values=``), a Hugging Face cache (``generate`` works, padded batches included: HF's
-    ``attention_mask`` leaves out the padding, ``padded_attention``), or none."""
+    transformers 5 releases, ``past_key_values=``), a Hugging Face cache (``generate`` works,
+    padded batches included: HF's ``attention_mask`` leaves out the padding,
+    ``padded_attention``), or none."""
     inner = getattr(model, "model", model)
     config = model.config
     layers = inner.layers
