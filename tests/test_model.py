@@ -230,6 +230,16 @@ def test_cache_keyword():
     with pytest.raises(TypeError, match="past_key_values"):
         model.model.layers[0](x, cache=paged,
                               past_key_values=transformers.DynamicCache(config=model.config))
+    # either keyword reaches the same cache: a prefill of 3 tokens, then a step, through layer 0
+    # (positions from the cache's length), the same bits both ways
+    outs = {}
+    for kw in ("cache", "past_key_values"):
+        c = xnn.PagedKVCache(HOST["num_hidden_layers"], HOST["num_key_value_heads"],
+                             HOST["head_dim"], batch_size=1, max_seq_len=8)
+        with torch.inference_mode():
+            model.model.layers[0](x, **{kw: c})
+            outs[kw] = model.model.layers[0](x[:, :1], **{kw: c})
+    assert torch.equal(outs["cache"], outs["past_key_values"])
 
 
 def test_paged_cache_table():
