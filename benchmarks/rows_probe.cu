@@ -423,6 +423,27 @@ void AddRowKernel(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs
             [=](int s) { return std::make_tuple(args[s], attr); });
 }
 
+// The re-read kernels of 16-bit RMSNorm / LayerNorm (RowKernelFlat with kReread: the row read
+// again after the reduction, as Inductor's looped kernels do) at other threads, vectors per thread
+// and blocks per SM than the launcher's (512 x 2 at 3 / 4): "X<threads>x<vpt>b<min blocks><r|m>",
+// columns in registers or from memory. PART 4: the H200, whose faster memory wants more bytes in
+// flight than the H100's rules keep.
+template <NormKind K, int kT, int VPT, int kMin, ColumnsIn kC>
+void AddReread(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16, B16>>& args,
+               typename OpOf<K>::Attr attr) {
+  using Op = OpOf<K>;
+  if constexpr (K == NormKind::kRms || K == NormKind::kLayer) {
+    if (!((VPT - 1) * kT < n && n <= VPT * kT)) return;
+    const int64_t rows = args[0].rows;
+    constexpr auto k = RowKernelFlat<Op, B16, B16, kT, VPT, kC, kMin, true>;
+    const std::string name = "X" + std::to_string(kT) + "x" + std::to_string(VPT) + "b" +
+                             std::to_string(kMin) + (kC == ColumnsIn::kRegisters ? "r" : "m");
+    vs.push_back(KernelVariant(name, k, rows, kT, [=](int s, cudaStream_t st) {
+      return LaunchKernel(k, dim3(static_cast<unsigned>(rows)), kT, st, g_props, 1, args[s], attr);
+    }));
+  }
+}
+
 template <NormKind K>
 void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
   if (g_only && std::strcmp(g_only, op) != 0) return;
@@ -524,6 +545,18 @@ void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
     PAIRS_RMS(ADD_FLAT)
   }
 #undef ADD_FLAT
+#if PART == 4
+  if constexpr (K == NormKind::kRms || K == NormKind::kLayer) {
+    AddReread<K, 512, 2, 3, ColumnsIn::kRegisters>(vs, n, args, attr);
+    AddReread<K, 512, 2, 4, ColumnsIn::kRegisters>(vs, n, args, attr);
+    AddReread<K, 512, 2, 3, ColumnsIn::kMemory>(vs, n, args, attr);
+    AddReread<K, 512, 2, 4, ColumnsIn::kMemory>(vs, n, args, attr);
+    AddReread<K, 256, 4, 4, ColumnsIn::kMemory>(vs, n, args, attr);
+    AddReread<K, 256, 4, 6, ColumnsIn::kMemory>(vs, n, args, attr);
+    AddReread<K, 1024, 1, 2, ColumnsIn::kMemory>(vs, n, args, attr);
+    AddReread<K, 256, 1, 8, ColumnsIn::kMemory>(vs, n, args, attr);
+  }
+#endif
   const double bytes = 2.0 * elems * 2 * (fused ? 2 : 1);
   char title[96];
   std::snprintf(title, sizeof(title), "%s %lldx%d", op, static_cast<long long>(rows), cols);
