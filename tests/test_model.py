@@ -58,9 +58,14 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+def _hf_cache(model) -> dict:
+    """A fresh HF DynamicCache under the keyword the model's forward takes (cache_kwarg)."""
+    return {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
+
+
 def _hf_run(model, ids: torch.Tensor, steps: torch.Tensor) -> list[torch.Tensor]:
     """Logits of a prefill of ids, then one step per column of steps (HF's DynamicCache)."""
-    kw = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
+    kw = _hf_cache(model)
     outs = [model(ids, **kw, use_cache=True).logits[:, -1]]
     for i in range(steps.shape[1]):
         outs.append(model(steps[:, i: i + 1], **kw, use_cache=True).logits[:, -1])
@@ -119,7 +124,7 @@ def test_patched_model_matches_hf_gpu(kind):
 def _padded_run(model, ids, mask, steps) -> list[torch.Tensor]:
     """Logits at each request's last token: a prefill of left-padded ids (mask: 1 real, 0
     padding), then decode steps, positions counted over the real tokens (as generate does)."""
-    kw = {xnn.cache_kwarg(model): transformers.DynamicCache(config=model.config)}
+    kw = _hf_cache(model)
 
     def pos(m):
         return (m.long().cumsum(1) - 1).clamp(min=0)
