@@ -12,7 +12,9 @@
 //
 // (-DPART=1: rmsnorm and gemma_rmsnorm only; 2: fused_add_rmsnorm and layernorm; 3: the
 // activations: three binaries that compile in parallel; 4: the shapes where the H200's faster
-// memory left the H100's launch rules behind the peers (2026-11-28), softmax among them.)
+// memory left the H100's launch rules behind the peers (2026-11-28), softmax among them; 5: the
+// H200's rules around them, short rows in group scope, the largest gated activations; 6: the
+// H200 sweep's other losses.)
 // Timing: CUDA graphs of 40 launches over rotating input sets (>= 3 sets and >= 3x the L2), one
 // output buffer for every set (as the bench's caching allocator hands back); the graphs of a
 // shape are replayed in 5 interleaved rounds of 3, the median of the 15. GB/s: the rows read and
@@ -444,6 +446,34 @@ void AddReread(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B1
   }
 }
 
+// Short rows (n <= 128 vectors: QK-norm's 128 values) in RowKernel's group scope, as the launcher
+// runs them, at other lanes per row, vectors per lane and block sizes, over a grid of one pass
+// ("G<threads>g<lanes>v<vpt>") or persistent blocks, `waves` x the SMs' fit ("...W<waves>").
+template <NormKind K, int VPT>
+void AddGroup(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16, B16>>& args,
+              typename OpOf<K>::Attr attr, int threads, int waves) {
+  using Op = OpOf<K>;
+  const int group = static_cast<int>(ceil_div<int64_t>(n, VPT));
+  if (n > 128 || group > 32 || (group & (group - 1)) != 0) return;
+  const int64_t rows = args[0].rows, per_block = threads / group;
+  constexpr auto k = RowKernel<Op, B16, B16, 8, VPT, Scope::kGroup, false>;
+  int64_t blocks = ceil_div<int64_t>(rows, per_block);
+  if (waves > 0) {
+    int fit = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, threads, 0));
+    blocks = std::min<int64_t>(blocks, int64_t{fit} * g_props.sm_count * waves);
+  }
+  std::vector<RowArgs<B16, B16>> ga = args;
+  for (auto& a : ga) a.group = group;
+  std::string name = "G" + std::to_string(threads) + "g" + std::to_string(group) + "v" +
+                     std::to_string(VPT);
+  if (waves > 0) name += "W" + std::to_string(waves);
+  vs.push_back(KernelVariant(name, k, blocks, threads, [=](int s, cudaStream_t st) {
+    return LaunchKernel(k, dim3(static_cast<unsigned>(blocks)), threads, st, g_props, 1, ga[s],
+                        attr);
+  }));
+}
+
 template <NormKind K>
 void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
   if (g_only && std::strcmp(g_only, op) != 0) return;
@@ -528,6 +558,11 @@ void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
     p.run = [=](int s, cudaStream_t st) { return LaunchRows<Op>(args[s], attr, st); };
     vs.push_back(p);
   }
+  // (Rows of 128 vectors or fewer: the one-row-per-block variants below idle most of their
+  // threads, 9-45x the launcher's time in PART 4; PARTs 5 and 6 time the group scope's instead.)
+#if PART == 5 || PART == 6
+  if (n <= 128) goto timed;
+#endif
   AddRowKernel<K, 1, false>(vs, n, args, attr);
   AddRowKernel<K, 2, false>(vs, n, args, attr);
   AddRowKernel<K, 4, false>(vs, n, args, attr);
@@ -545,7 +580,23 @@ void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
     PAIRS_RMS(ADD_FLAT)
   }
 #undef ADD_FLAT
-#if PART == 4
+#if PART == 5 || PART == 6
+timed:
+  for (int t : {128, 256, 512}) {
+    for (int w : {0, 1, 2}) {
+      AddGroup<K, 1>(vs, n, args, attr, t, w);
+      AddGroup<K, 2>(vs, n, args, attr, t, w);
+      AddGroup<K, 4>(vs, n, args, attr, t, w);
+    }
+  }
+#endif
+#if PART == 6
+  if constexpr (K == NormKind::kRms || K == NormKind::kLayer) {
+    AddReread<K, 512, 4, 2, ColumnsIn::kMemory>(vs, n, args, attr);
+    AddReread<K, 1024, 2, 2, ColumnsIn::kMemory>(vs, n, args, attr);
+  }
+#endif
+#if PART == 4 || PART == 5 || PART == 6
   if constexpr (K == NormKind::kRms || K == NormKind::kLayer) {
     AddReread<K, 512, 2, 3, ColumnsIn::kRegisters>(vs, n, args, attr);
     AddReread<K, 512, 2, 4, ColumnsIn::kRegisters>(vs, n, args, attr);
@@ -766,6 +817,45 @@ int main(int argc, char** argv) {
       ActCase<math::Act::kGelu>("gelu_and_mul", 128, d, stream);
     }
     ActCase<math::Act::kGelu>("gelu_and_mul", 1, 10240, stream);
+  }
+#endif
+#if PART == 5
+  {
+    // The H200's launch rules (2026-11-28, second probe): the row counts between the first
+    // probe's 1024 and 32768 for rows of 8192 values, short rows, the gated activations' largest.
+    for (int64_t rows : {2048, 4096, 8192, 16384}) {
+      NormCase<NormKind::kSoftmax>("softmax", rows, 8192, stream);
+    }
+    NormCase<NormKind::kSoftmax>("softmax", 32768, 4096, stream);
+    for (int64_t rows : {8192, 16384}) {
+      NormCase<NormKind::kRms>("rmsnorm", rows, 8192, stream);
+      NormCase<NormKind::kLayer>("layernorm", rows, 8192, stream);
+    }
+    for (int64_t rows : {65536, 262144, 1048576}) {
+      NormCase<NormKind::kRms>("rmsnorm", rows, 128, stream);
+    }
+    NormCase<NormKind::kRms>("rmsnorm", 1048576, 64, stream);
+    ActCase<math::Act::kSilu>("silu_and_mul", 4096, 14336, stream);
+    ActCase<math::Act::kSilu>("silu_and_mul", 8192, 14336, stream);
+    ActCase<math::Act::kGeluTanh>("gelu_tanh_and_mul", 8192, 14336, stream);
+    ActCase<math::Act::kGelu>("gelu_and_mul", 8192, 14336, stream);
+  }
+#endif
+#if PART == 6
+  {
+    // The H200 sweep's (2026-11-28) other losses, and the new rules' shapes again ("P").
+    NormCase<NormKind::kRms>("rmsnorm", 1024, 7168, stream);
+    NormCase<NormKind::kRms>("rmsnorm", 1024, 8192, stream);
+    NormCase<NormKind::kRms>("rmsnorm", 8192, 7168, stream);
+    NormCase<NormKind::kRms>("rmsnorm", 8192, 16384, stream);
+    NormCase<NormKind::kFused>("fused_add_rmsnorm", 1024, 7168, stream);
+    NormCase<NormKind::kFused>("fused_add_rmsnorm", 8192, 16384, stream);
+    NormCase<NormKind::kFused>("fused_add_rmsnorm", 65536, 7168, stream);
+    NormCase<NormKind::kSoftmax>("softmax", 4096, 8192, stream);
+    NormCase<NormKind::kLayer>("layernorm", 16384, 8192, stream);
+    NormCase<NormKind::kRms>("rmsnorm", 1048576, 128, stream);
+    ActCase<math::Act::kSilu>("silu_and_mul", 8192, 14336, stream);
+    ActCase<math::Act::kGelu>("gelu_and_mul", 8192, 14336, stream);
   }
 #endif
 #if PART == 0 || PART == 4

@@ -62,10 +62,21 @@ def test_cuda_matches_reference(op, dtype, shape, layout):
     "op", ["layernorm", "rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm"])
 def test_norm_many_rows(op, dtype):
     """Grids of kManyRows (24576) rows or more of 769-1024 vectors (875: 7000 16-bit, 3500
-    float32): RowKernelFlat 512 x 2, for 16-bit rmsnorm and layernorm the row read twice (kept
-    in L2 for the reduction, then read again and written), for float32 the columns loaded with
-    the row; the fused ops 1024 x 1, the last 149 threads past the row."""
+    float32): for 16-bit rmsnorm (512 x 2) and layernorm (256 x 4, the last 149 threads past
+    the row) the row read twice (kept in L2 for the reduction, then read again and written), as
+    from kRereadRows (8192); for float32 RowKernelFlat 512 x 2, the columns loaded with the row;
+    the fused ops 1024 x 1, the last 149 threads past the row."""
     check(op, (24577, 3500 if dtype == torch.float32 else 7000), dtype, "cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "op", ["rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm", "softmax"])
+def test_rows_2048_vectors_many_rows(op, dtype):
+    """Grids of kRereadRows (8192) rows or more of 1537-2048 16-bit vectors (2000: 16000 values,
+    the last 48 threads past the row): 16-bit rmsnorm's re-read RowKernelFlat 512 x 4, the fused
+    ops' one-pass 512 x 4; softmax (the cluster path) as a neighbour."""
+    check(op, (8193, 16000), dtype, "cuda")
 
 
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])

@@ -120,7 +120,7 @@ __global__ void ActAndMulKernel(T* out, RowStride out_rs, const T* in, RowStride
       float y[V];
 #pragma unroll
       for (int k = 0; k < V; ++k)
-        y[k] = math::activate<A, kFast, F == Form::kLatency>(to_float(a[u][k])) * to_float(b[u][k]);
+        y[k] = math::activate<A, kFast, kFast>(to_float(a[u][k])) * to_float(b[u][k]);
       Vec<T, V>::cast_store(o + i * V, y);
     }
     if constexpr (F == Form::kLatency) break;  // one row per blockIdx.y (see Tiling)
@@ -298,10 +298,20 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
 // takes the latency form up to 3 waves. Measured on the H100 in rows_probe (-DPART=3), bf16, us,
 // before -> after: gelu_and_mul 128 x 9216 3.57 -> 3.20, x 10240 3.97 -> 3.57, x 14336 4.60 ->
 // 4.38, x 36864 (2.2 waves, U1x128 plain before) 9.46 -> 8.79.
+// Throughput grids of every gated op take the plain form (silu and gelu_tanh took the strided
+// one, 1.3% ahead of plain on the H100) and gelu the erfc-tail form (kShort, as latency grids
+// did): on the H200 (4.8 TB/s), bf16 [rows, d] in rows_probe (-DPART=5, GPU-84208c05), us, the
+// launcher -> the plain form (U1x256; U1x128 for gelu, its latency form's kShort):
+//   silu_and_mul 4096 x 14336 87.44 -> 81.80, 8192 x 14336 172.94 -> 161.20
+//   gelu_tanh_and_mul 8192 x 14336 173.50 -> 161.10
+//   gelu_and_mul 8192 x 14336 203.78 -> 160.44 (erff in the plain form: 192.71)
+// There the plain forms of 128-1024 threads (and the latency form) ran within 0.5% of each
+// other, the strided ones 4% (128 threads) to 34% (1024) slower than plain (42 registers against
+// 32). Why the strided form keeps up on the H100 and not here is not known.
 template <math::Act A, typename T>
 struct ActAndMulK {
   using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true, 3>,
-                               Throughput<1, 256, false, 2>>;
+                               Throughput<1, 256, true, 2>>;
   template <int V, int U, Form F>
   struct K {
     static constexpr auto kernel = ActAndMulKernel<A, T, V, U, F>;

@@ -52,9 +52,11 @@ XK_DEVICE float silu(float x) {
 //   squares toward minimax, z in [0, 10], where e^(-z^2) runs out of floats) to a relative error
 //   of 1.4e-6; Phi = 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below. 0.009% (0.03%) of bf16
 //   (fp16) outputs off the correctly rounded value.
-// Latency-bound grids take kShort (the elementwise kernels' U = 1), the others erff. Measured on
-// the H100, bf16 gelu_and_mul, CUDA graphs, erff / kShort (A/B): 1x28672 1.61 / 1.42 us,
-// 4096x28672 116.00 / 116.57 us, 8192x28672 229.46 / 231.05 us (torch.compile 230.43; silu 230.92).
+// The gated elementwise kernels take kShort for 16-bit outputs in every grid (the plain gelu and
+// add_bias_gelu in latency grids only). Measured on the H100, bf16 gelu_and_mul, CUDA graphs,
+// erff / kShort (A/B): 1x28672 1.61 / 1.42 us, 4096x28672 116.00 / 116.57 us, 8192x28672 229.46 /
+// 231.05 us (torch.compile 230.43; silu 230.92); on the H200, whose memory outruns erff's
+// arithmetic there, 8192x14336 192.71 / 160.44 us (silu_and_mul 161.20; see ActAndMulK).
 template <bool kFast, bool kShort = false>
 XK_DEVICE float gelu(float x) {
   if constexpr (kFast && kShort) {

@@ -849,8 +849,9 @@ constexpr int64_t kPairRows = 2048;
 inline bool early_columns(int64_t blocks, int sm_count) { return blocks <= 2 * sm_count; }
 
 // Layernorm and rmsnorm grids of at least this many rows of 769-1024 vectors take RowKernelFlat
-// 512 x 2 (see LaunchRowsV).
-constexpr int64_t kManyRows = 24576;
+// 512 x 2 (see LaunchRowsV); 16-bit ones with weights of their type, the re-read kernels from
+// kRereadRows.
+constexpr int64_t kManyRows = 24576, kRereadRows = 8192;
 
 // Ops with kNoL1 load rows of grids of at most kFewBlocks blocks of one row each, 2 vectors per
 // thread, through L1 after all: there no other row would evict the columns, and the allocating
@@ -1070,13 +1071,18 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
   XK_CUDA_TRY(GetDeviceProps(&props));
   if (n <= 128) {
     // Short rows (QK-norm: 128 bf16 = 16 vectors): a few lanes per row, 2-4 vectors per lane
-    // so that each thread keeps 32-64 bytes in flight; 256-thread blocks of many rows.
-    constexpr int kThreads = 256;
+    // so that each thread keeps 32-64 bytes in flight; blocks of many rows. Rows of up to 64
+    // vectors (2 per lane) take blocks of 128 threads, the others 256: on the H200, 256 lost 3-7%
+    // there (rmsnorm bf16, rows_probe -DPART=5, GPU-84208c05, us, 256 -> 128 threads: 65536 x 128
+    // 9.85 -> 9.48, 262144 x 128 36.84 -> 35.56, 1048576 x 128 139.90 -> 135.72, 1048576 x 64
+    // 76.99 -> 71.98; 512 threads, or 4 vectors per lane, no faster). Rows of 65-128 vectors
+    // were not measured.
     const bool two = n <= 64;
+    const int threads = two ? 128 : 256;
     a.group = two ? pow2_ceil(static_cast<int>(ceil_div<int64_t>(n, 2))) : 32;
-    const int64_t blocks = std::min(ceil_div<int64_t>(a.rows, kThreads / a.group), kMaxGrid);
-    return two ? Launch<Op, T, W, V, 2, Scope::kGroup>(a, attr, blocks, kThreads, props, stream)
-               : Launch<Op, T, W, V, 4, Scope::kGroup>(a, attr, blocks, kThreads, props, stream);
+    const int64_t blocks = std::min(ceil_div<int64_t>(a.rows, threads / a.group), kMaxGrid);
+    return two ? Launch<Op, T, W, V, 2, Scope::kGroup>(a, attr, blocks, threads, props, stream)
+               : Launch<Op, T, W, V, 4, Scope::kGroup>(a, attr, blocks, threads, props, stream);
   }
   const int64_t blocks = std::min(a.rows, kMaxGrid);
   if constexpr (sizeof(T) * V == 16) {
@@ -1162,6 +1168,20 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     //     / 6.09; columns in memory 4.55 / 5.37 / 6.20)
     // At 100 rows (one wave either way) RowKernel keeps rmsnorm (2.58 against 2.67) and
     // layernorm (3.09 against 3.01-3.10).
+    // On the H200 (4.8 TB/s; the rules above were measured on H100s, 3.35 TB/s), rows_probe
+    // (-DPART=4 and 5, bf16, us; GPU-d052abc0, GPU-84208c05) moved three of them, 769-1024 vectors
+    // past early_columns:
+    //   softmax: RowKernelFlat 256 x 4 (5 rows per SM) instead of RowKernel 512 x 2: 1024 x 8192
+    //     10.84 -> 9.27, 2048 rows 20.87 -> 18.24, 4096 39.34 -> 34.48, 8192 75.49 -> 66.84,
+    //     16384 148.3 -> 131.3, 32768 293.4 -> 261.4 (512 x 2 flat 260.7). On the H100,
+    //     RowKernelFlat 256 x 4 lost at 32768 rows (360.5 -> 386.8, the note above).
+    //   rmsnorm (16-bit weights): the re-read 512 x 2 with its weights from memory after the
+    //     reduction, 4 rows per SM, from kRereadRows (8192) rows: 8192 x 8192 68.74 -> 64.56,
+    //     16384 134.3 -> 126.4, 32768 (the re-read, weights in registers, 3 per SM) 270.7 ->
+    //     249.6 (torch.compile in the bench 249.5).
+    //   layernorm (16-bit columns): the re-read 256 x 4, columns from memory, 4 per SM, from
+    //     kRereadRows: 8192 x 8192 67.08 -> 65.3, 16384 131.6 -> 127.3, 32768 (512 x 2) 295.7 ->
+    //     251.1. On H100s this shape ran 355.6-358.0 against 512 x 2's 353.4-353.6 (above).
     // RMSNorm with weights in the input's 16-bit type (weights in registers: Liger's shape), and
     // the ops with 16-byte column vectors that may go to shared memory.
     constexpr bool kRmsColumns = Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2 &&
@@ -1198,19 +1218,43 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
           return LaunchKernel(RowKernelFlat<Op, T, W, 512, 3>, grid, 512, stream, props, 1, a,
                               attr);
         }
+        // 1537-2048 vectors (16384 values): RowKernelFlat 512 x 4, not RowKernel's 512 x 4.
+        // Measured on the H200, rows_probe -DPART=6 (GPU-5764e202), fused_add_rmsnorm bf16 8192 x
+        // 16384, us: 274.3 -> 258.0 (the xkernels bench --sweep before: 277.7, Liger 262.1).
+        if (n > 1536 && n <= 2048) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 4>, grid, 512, stream, props, 1, a,
+                              attr);
+        }
       }
       if constexpr (kRmsColumns) {
-        if (n1024 && blocks >= kManyRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3, true>,
-                              grid, 512, stream, props, 1, a, attr);
+        // 1537-2048 vectors from kRereadRows rows: the re-read 512 x 4, weights from memory, 2
+        // rows per SM. Measured on the H200 (the same run), rmsnorm bf16 8192 x 16384, us:
+        // RowKernel 512 x 4 138.2 -> 126.7 (RowKernelFlat 512 x 4, one pass, 129.7; the sweep
+        // before: 139.8, torch.compile 131.3).
+        if (n > 1536 && n <= 2048 && blocks >= kRereadRows) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 4, ColumnsIn::kMemory, 2, true>, grid,
+                              512, stream, props, 1, a, attr);
+        }
+        if (n1024 && blocks >= kRereadRows) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kMemory, 4, true>, grid,
+                              512, stream, props, 1, a, attr);
+        }
+      }
+      if constexpr (Op::kBias && sizeof(T) == 2 && std::is_same_v<T, W>) {
+        if (n1024 && blocks >= kRereadRows) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4, ColumnsIn::kMemory, 4, true>, grid,
+                              256, stream, props, 1, a, attr);
+        }
+      }
+      if constexpr (!Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2) {
+        if (n1024) {  // softmax (see above)
+          return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a,
+                              attr);
         }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
         if (n1024 && blocks >= kManyRows) {
-          if constexpr (Op::kBias && sizeof(T) == 2 && std::is_same_v<T, W>) {
-            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kMemory, 4, true>, grid,
-                                512, stream, props, 1, a, attr);
-          } else if constexpr (Op::kFusedAdd) {
+          if constexpr (Op::kFusedAdd) {
             return LaunchKernel(RowKernelFlat<Op, T, W, 1024, 1>, grid, 1024, stream, props, 1, a,
                                 attr);
           } else if constexpr (kSharedColumns) {
