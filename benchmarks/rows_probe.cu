@@ -14,7 +14,7 @@
 // activations: three binaries that compile in parallel; 4: the shapes where the H200's faster
 // memory left the H100's launch rules behind the peers (2026-11-28), softmax among them; 5: the
 // H200's rules around them, short rows in group scope, the largest gated activations; 6: the
-// H200 sweep's other losses.)
+// H200 sweep's other losses; 7: softmax over vocabulary-sized rows on the H200.)
 // Timing: CUDA graphs of 40 launches over rotating input sets (>= 3 sets and >= 3x the L2), one
 // output buffer for every set (as the bench's caching allocator hands back); the graphs of a
 // shape are replayed in 5 interleaved rounds of 3, the median of the 15. GB/s: the rows read and
@@ -367,7 +367,11 @@ using OpOf = std::conditional_t<
 #define PAIRS_FUSED(X) \
   X(64, 4) X(128, 2) X(256, 1) X(128, 4) X(256, 2) X(512, 1) X(512, 3) X(512, 4) X(1024, 2)
 #define PAIRS_LAYER(X) X(128, 3) X(256, 2) X(512, 1) X(128, 4)
+#if PART == 7
+#define PAIRS_SOFTMAX(X) X(512, 4) X(1024, 2) X(1024, 3) X(1024, 4)
+#else
 #define PAIRS_SOFTMAX(X) X(128, 4) X(256, 2) X(256, 4) X(512, 1) X(512, 2) X(1024, 1)
+#endif
 
 template <NormKind K, int kT, int VPT>
 void AddFlat(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16, B16>>& args,
@@ -472,6 +476,40 @@ void AddGroup(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16
     return LaunchKernel(k, dim3(static_cast<unsigned>(blocks)), threads, st, g_props, 1, ga[s],
                         attr);
   }));
+}
+
+// Rows of 2049-8192 vectors (softmax over vocabulary-sized rows): the library's multi-block
+// launches at other block counts than LaunchRowsV's rule, "S<c><t|b>" RowKernelSmem over c blocks
+// (thread or bulk stores), "C<c>" persistent clusters of RowKernel (4 vectors per thread).
+template <NormKind K>
+void AddLong(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16, B16>>& args,
+             typename OpOf<K>::Attr attr) {
+  using Op = OpOf<K>;
+  if (n <= 2048 || n > 8192) return;
+  for (int c : {1, 2, 4}) {
+    const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(n, c), 8) * 8);
+    if (share > kSmemLargeShare) continue;
+    for (bool bulk : {false, true}) {
+      Variant v;
+      v.name = "S" + std::to_string(c) + (bulk ? "b" : "t");
+      v.run = [=](int s, cudaStream_t st) {
+        return bulk ? LaunchSmemClusters<Op, B16, B16, 8, true>(args[s], attr, c, share, g_props, st)
+                    : LaunchSmemClusters<Op, B16, B16, 8, false>(args[s], attr, c, share, g_props,
+                                                                 st);
+      };
+      vs.push_back(v);
+    }
+  }
+  for (int c : {2, 4, 8}) {
+    const int threads = round_up32(ceil_div<int64_t>(n, int64_t{c} * 4));
+    if (threads > kMaxThreads) continue;
+    Variant v;
+    v.name = "C" + std::to_string(c);
+    v.run = [=](int s, cudaStream_t st) {
+      return LaunchPersistentClusters<Op, B16, B16, 8>(args[s], attr, c, threads, g_props, st);
+    };
+    vs.push_back(v);
+  }
 }
 
 template <NormKind K>
@@ -589,6 +627,9 @@ timed:
       AddGroup<K, 4>(vs, n, args, attr, t, w);
     }
   }
+#endif
+#if PART == 7
+  AddLong<K>(vs, n, args, attr);
 #endif
 #if PART == 6
   if constexpr (K == NormKind::kRms || K == NormKind::kLayer) {
@@ -762,6 +803,8 @@ int main(int argc, char** argv) {
     }
   }
   CHECK(GetDeviceProps(&g_props));
+  std::printf("memory %d GB/s from its clock and bus (fast_memory: %s)\n", g_props.mem_gbps,
+              fast_memory(g_props) ? "yes" : "no");
   int dev = 0;
   CHECK(cudaGetDevice(&dev));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, dev));
@@ -856,6 +899,18 @@ int main(int argc, char** argv) {
     NormCase<NormKind::kRms>("rmsnorm", 1048576, 128, stream);
     ActCase<math::Act::kSilu>("silu_and_mul", 8192, 14336, stream);
     ActCase<math::Act::kGelu>("gelu_and_mul", 8192, 14336, stream);
+  }
+#endif
+#if PART == 7
+  {
+    // Softmax over rows of 32000-65536 values on the H200: the sweep's 8192 x 32768 ran 1.098 of
+    // Liger's time (RowKernelSmem, one block of 1024 threads per row); Liger runs one program of
+    // 32 warps per row.
+    for (int64_t rows : {1024, 4096, 8192, 16384}) {
+      NormCase<NormKind::kSoftmax>("softmax", rows, 32768, stream);
+    }
+    NormCase<NormKind::kSoftmax>("softmax", 8192, 32000, stream);
+    NormCase<NormKind::kSoftmax>("softmax", 4096, 65536, stream);
   }
 #endif
 #if PART == 0 || PART == 4

@@ -298,10 +298,11 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
 // takes the latency form up to 3 waves. Measured on the H100 in rows_probe (-DPART=3), bf16, us,
 // before -> after: gelu_and_mul 128 x 9216 3.57 -> 3.20, x 10240 3.97 -> 3.57, x 14336 4.60 ->
 // 4.38, x 36864 (2.2 waves, U1x128 plain before) 9.46 -> 8.79.
-// Throughput grids of every gated op take the plain form (silu and gelu_tanh took the strided
-// one, 1.3% ahead of plain on the H100) and gelu the erfc-tail form (kShort, as latency grids
-// did): on the H200 (4.8 TB/s), bf16 [rows, d] in rows_probe (-DPART=5, GPU-84208c05), us, the
-// launcher -> the plain form (U1x256; U1x128 for gelu, its latency form's kShort):
+// On fast_memory (the H200), throughput grids of every gated op take the plain form (PFast; on
+// the H100 silu and gelu_tanh keep the strided one, 1.3% ahead of plain there: see Throughput),
+// and gelu the erfc-tail form everywhere (kShort, as latency grids did; see math.h): on the H200
+// (4.8 TB/s), bf16 [rows, d] in rows_probe (-DPART=5, GPU-84208c05), us, the launcher -> the
+// plain form (U1x256; U1x128 for gelu, its latency form's kShort):
 //   silu_and_mul 4096 x 14336 87.44 -> 81.80, 8192 x 14336 172.94 -> 161.20
 //   gelu_tanh_and_mul 8192 x 14336 173.50 -> 161.10
 //   gelu_and_mul 8192 x 14336 203.78 -> 160.44 (erff in the plain form: 192.71)
@@ -311,7 +312,8 @@ cudaError_t LaunchTiled(int64_t rows, int64_t cols, bool plain, cudaStream_t str
 template <math::Act A, typename T>
 struct ActAndMulK {
   using P = std::conditional_t<A == math::Act::kGelu, Throughput<1, 128, true, 3>,
-                               Throughput<1, 256, true, 2>>;
+                               Throughput<1, 256, false, 2>>;
+  using PFast = std::conditional_t<A == math::Act::kGelu, P, Throughput<1, 256, true, 2>>;
   template <int V, int U, Form F>
   struct K {
     static constexpr auto kernel = ActAndMulKernel<A, T, V, U, F>;
@@ -351,13 +353,18 @@ cudaError_t ActAndMul(T* out, const T* input, int64_t rows, int64_t d, RowStride
   using namespace elementwise;
   if (rows <= 0 || d <= 0) return cudaSuccess;
   using K = ActAndMulK<A, T>;
-  using P = typename K::P;
+  DeviceProps props;
+  XK_CUDA_TRY(GetDeviceProps(&props));
   const bool plain = Plain({out_stride, in_stride});
-  return CanVectorize<T>(d, {{out, out_stride}, {input, in_stride}})
-             ? LaunchTiled<vec16<T>(), P, K::template K>(rows, d, plain, stream, out, out_stride,
-                                                          input, in_stride, rows, d)
-             : LaunchTiled<1, P, K::template K>(rows, d, plain, stream, out, out_stride, input,
-                                                in_stride, rows, d);
+  const bool vec = CanVectorize<T>(d, {{out, out_stride}, {input, in_stride}});
+  const auto launch = [&](auto shape) {
+    using P = decltype(shape);
+    return vec ? LaunchTiled<vec16<T>(), P, K::template K>(rows, d, plain, stream, out, out_stride,
+                                                            input, in_stride, rows, d)
+               : LaunchTiled<1, P, K::template K>(rows, d, plain, stream, out, out_stride, input,
+                                                  in_stride, rows, d);
+  };
+  return fast_memory(props) ? launch(typename K::PFast{}) : launch(typename K::P{});
 }
 
 /// out = act(input + bias) over [rows, cols]; bias: [cols] of T or float, or nullptr (B = void)

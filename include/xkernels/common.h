@@ -69,7 +69,15 @@ struct DeviceProps {
   int smem_optin = 0;  // shared memory a block may opt in to, in bytes
   int smem_per_sm = 0;    // shared memory of an SM, in bytes
   int smem_reserved = 0;  // shared memory the system reserves per block, in bytes
+  int mem_gbps = 0;       // DRAM bandwidth from the memory clock and bus width, GB/s (0: unknown)
 };
+
+// Memory this fast (GB/s, DeviceProps::mem_gbps; by the published clocks and buses the H200's
+// 6144-bit HBM3e at 3.2 GHz gives 4916, the H100 SXM's 5120-bit HBM3 at 2.6 GHz 3352, the H100
+// NVL's 6144 bits at 2.6 GHz 4023; rows_probe prints the device's) takes the launch rules
+// measured on the H200 where they differ from the H100's (row_kernel.h, activation.h).
+constexpr int kFastMemoryGBps = 4300;
+inline bool fast_memory(const DeviceProps& p) { return p.mem_gbps >= kFastMemoryGBps; }
 
 inline cudaError_t GetDeviceProps(DeviceProps* out) {
   static DeviceProps cache[kMaxDevices];
@@ -84,6 +92,10 @@ inline cudaError_t GetDeviceProps(DeviceProps* out) {
         cudaDeviceGetAttribute(&p.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     XK_CUDA_TRY(
         cudaDeviceGetAttribute(&p.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    int clock_khz = 0, bus_bits = 0;  // double data rate: 2 transfers a clock
+    XK_CUDA_TRY(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
+    XK_CUDA_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    p.mem_gbps = static_cast<int>(2ll * clock_khz * (bus_bits / 8) / 1000000);
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.sm_count, cudaDevAttrMultiProcessorCount, dev));
   }
   *out = p;

@@ -1071,14 +1071,14 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
   XK_CUDA_TRY(GetDeviceProps(&props));
   if (n <= 128) {
     // Short rows (QK-norm: 128 bf16 = 16 vectors): a few lanes per row, 2-4 vectors per lane
-    // so that each thread keeps 32-64 bytes in flight; blocks of many rows. Rows of up to 64
-    // vectors (2 per lane) take blocks of 128 threads, the others 256: on the H200, 256 lost 3-7%
-    // there (rmsnorm bf16, rows_probe -DPART=5, GPU-84208c05, us, 256 -> 128 threads: 65536 x 128
-    // 9.85 -> 9.48, 262144 x 128 36.84 -> 35.56, 1048576 x 128 139.90 -> 135.72, 1048576 x 64
-    // 76.99 -> 71.98; 512 threads, or 4 vectors per lane, no faster). Rows of 65-128 vectors
-    // were not measured.
+    // so that each thread keeps 32-64 bytes in flight; blocks of 256 threads, many rows each.
+    // On fast_memory, rows of up to 64 vectors (2 per lane) take blocks of 128 threads: on the
+    // H200 256 lost 3-7% there (rmsnorm bf16, rows_probe -DPART=5, GPU-84208c05, us, 256 -> 128
+    // threads: 65536 x 128 9.85 -> 9.48, 262144 x 128 36.84 -> 35.56, 1048576 x 128 139.90 ->
+    // 135.72, 1048576 x 64 76.99 -> 71.98; 512 threads, or 4 vectors per lane, no faster). Rows
+    // of 65-128 vectors were not measured, nor 128 threads on the H100.
     const bool two = n <= 64;
-    const int threads = two ? 128 : 256;
+    const int threads = two && fast_memory(props) ? 128 : 256;
     a.group = two ? pow2_ceil(static_cast<int>(ceil_div<int64_t>(n, 2))) : 32;
     const int64_t blocks = std::min(ceil_div<int64_t>(a.rows, threads / a.group), kMaxGrid);
     return two ? Launch<Op, T, W, V, 2, Scope::kGroup>(a, attr, blocks, threads, props, stream)
@@ -1170,7 +1170,9 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
     // layernorm (3.09 against 3.01-3.10).
     // On the H200 (4.8 TB/s; the rules above were measured on H100s, 3.35 TB/s), rows_probe
     // (-DPART=4 and 5, bf16, us; GPU-d052abc0, GPU-84208c05) moved three of them, 769-1024 vectors
-    // past early_columns:
+    // past early_columns; devices with memory as fast (fast_memory) take these, the others the
+    // H100's rules, unchanged (the H100 lost with two of them, below; the others were not run
+    // there):
     //   softmax: RowKernelFlat 256 x 4 (5 rows per SM) instead of RowKernel 512 x 2: 1024 x 8192
     //     10.84 -> 9.27, 2048 rows 20.87 -> 18.24, 4096 39.34 -> 34.48, 8192 75.49 -> 66.84,
     //     16384 148.3 -> 131.3, 32768 293.4 -> 261.4 (512 x 2 flat 260.7). On the H100,
@@ -1218,43 +1220,59 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
           return LaunchKernel(RowKernelFlat<Op, T, W, 512, 3>, grid, 512, stream, props, 1, a,
                               attr);
         }
-        // 1537-2048 vectors (16384 values): RowKernelFlat 512 x 4, not RowKernel's 512 x 4.
-        // Measured on the H200, rows_probe -DPART=6 (GPU-5764e202), fused_add_rmsnorm bf16 8192 x
-        // 16384, us: 274.3 -> 258.0 (the xkernels bench --sweep before: 277.7, Liger 262.1).
-        if (n > 1536 && n <= 2048) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 4>, grid, 512, stream, props, 1, a,
-                              attr);
+      }
+      // Faster memory (fast_memory: the H200's 4.9 TB/s) takes the rules measured there (see the
+      // H200 paragraph above); the H100's follow.
+      if (fast_memory(props)) {
+        if constexpr (Op::kFusedAdd && sizeof(T) == 2) {
+          // 1537-2048 vectors (16384 values): RowKernelFlat 512 x 4, not RowKernel's 512 x 4.
+          // Measured on the H200, rows_probe -DPART=6 (GPU-5764e202), fused_add_rmsnorm bf16
+          // 8192 x 16384, us: 274.3 -> 258.0 (the xkernels bench --sweep before: 277.7, Liger
+          // 262.1).
+          if (n > 1536 && n <= 2048) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 4>, grid, 512, stream, props, 1, a,
+                                attr);
+          }
+        }
+        if constexpr (kRmsColumns) {
+          // 1537-2048 vectors from kRereadRows rows: the re-read 512 x 4, weights from memory, 2
+          // rows per SM. Measured on the H200 (the same run), rmsnorm bf16 8192 x 16384, us:
+          // RowKernel 512 x 4 138.2 -> 126.7 (RowKernelFlat 512 x 4, one pass, 129.7; the sweep
+          // before: 139.8, torch.compile 131.3).
+          if (n > 1536 && n <= 2048 && blocks >= kRereadRows) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 4, ColumnsIn::kMemory, 2, true>,
+                                grid, 512, stream, props, 1, a, attr);
+          }
+          if (n1024 && blocks >= kRereadRows) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kMemory, 4, true>,
+                                grid, 512, stream, props, 1, a, attr);
+          }
+        }
+        if constexpr (Op::kBias && sizeof(T) == 2 && std::is_same_v<T, W>) {
+          if (n1024 && blocks >= kRereadRows) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4, ColumnsIn::kMemory, 4, true>,
+                                grid, 256, stream, props, 1, a, attr);
+          }
+        }
+        if constexpr (!Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2) {
+          if (n1024) {  // softmax
+            return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a,
+                                attr);
+          }
         }
       }
       if constexpr (kRmsColumns) {
-        // 1537-2048 vectors from kRereadRows rows: the re-read 512 x 4, weights from memory, 2
-        // rows per SM. Measured on the H200 (the same run), rmsnorm bf16 8192 x 16384, us:
-        // RowKernel 512 x 4 138.2 -> 126.7 (RowKernelFlat 512 x 4, one pass, 129.7; the sweep
-        // before: 139.8, torch.compile 131.3).
-        if (n > 1536 && n <= 2048 && blocks >= kRereadRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 4, ColumnsIn::kMemory, 2, true>, grid,
-                              512, stream, props, 1, a, attr);
-        }
-        if (n1024 && blocks >= kRereadRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kMemory, 4, true>, grid,
-                              512, stream, props, 1, a, attr);
-        }
-      }
-      if constexpr (Op::kBias && sizeof(T) == 2 && std::is_same_v<T, W>) {
-        if (n1024 && blocks >= kRereadRows) {
-          return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4, ColumnsIn::kMemory, 4, true>, grid,
-                              256, stream, props, 1, a, attr);
-        }
-      }
-      if constexpr (!Op::kWeight && !Op::kBias && !Op::kFusedAdd && sizeof(T) == 2) {
-        if (n1024) {  // softmax (see above)
-          return LaunchKernel(RowKernelFlat<Op, T, W, 256, 4>, grid, 256, stream, props, 1, a,
-                              attr);
+        if (n1024 && blocks >= kManyRows) {
+          return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kRegisters, 3, true>,
+                              grid, 512, stream, props, 1, a, attr);
         }
       }
       if constexpr (Op::kFusedAdd || Op::kBias) {  // the others never launch these kernels
         if (n1024 && blocks >= kManyRows) {
-          if constexpr (Op::kFusedAdd) {
+          if constexpr (Op::kBias && sizeof(T) == 2 && std::is_same_v<T, W>) {
+            return LaunchKernel(RowKernelFlat<Op, T, W, 512, 2, ColumnsIn::kMemory, 4, true>, grid,
+                                512, stream, props, 1, a, attr);
+          } else if constexpr (Op::kFusedAdd) {
             return LaunchKernel(RowKernelFlat<Op, T, W, 1024, 1>, grid, 1024, stream, props, 1, a,
                                 attr);
           } else if constexpr (kSharedColumns) {
