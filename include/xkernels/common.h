@@ -92,9 +92,14 @@ inline cudaError_t GetDeviceProps(DeviceProps* out) {
         cudaDeviceGetAttribute(&p.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     XK_CUDA_TRY(
         cudaDeviceGetAttribute(&p.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    int clock_khz = 0, bus_bits = 0;  // double data rate: 2 transfers a clock
-    XK_CUDA_TRY(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
-    XK_CUDA_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    // Double data rate: 2 transfers a clock. A device that does not report them gets 0 (and the
+    // H100's rules), not an error.
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: cleared for the caller's next check
+      clock_khz = bus_bits = 0;
+    }
     p.mem_gbps = static_cast<int>(2ll * clock_khz * (bus_bits / 8) / 1000000);
     XK_CUDA_TRY(cudaDeviceGetAttribute(&p.sm_count, cudaDevAttrMultiProcessorCount, dev));
   }
