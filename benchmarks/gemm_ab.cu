@@ -21,7 +21,9 @@
 // whose 128 x 144 grid is one round of 97-100% of 132 SMs ("w144s6": 6 stages, as gemm.h's
 // Sm90Wide144); blk: e4m3 block scales at five shapes, the 128 x 256 tiles ("b256") beside the
 // dispatch (how the rescaled loop's vote along k was measured, 2026-11-28, with its variants as
-// template knobs).
+// template knobs); gap9: the decode layer's four GEMMs (Llama 3 8B) at m 64 / 128 / 256, the plain
+// 128 x n tiles at any round count ("w<n>"), in clusters ("wa<n>", "wb<n>"), and the dispatch's
+// named tiles forced.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -147,12 +149,13 @@ constexpr int WideStages(int n) {
 // adjacent, b multicast), where the clusters fit one round of sms / 2 - 2 slots (n >= 16384: any)
 template <int... kN>
 void AddWideClusters(std::vector<std::pair<std::string, L>>& vs, int m, int n, float* ws,
-                     const DeviceProps& props, std::integer_sequence<int, kN...>) {
+                     const DeviceProps& props, std::integer_sequence<int, kN...>,
+                     bool force = false) {
   auto one = [&](auto tag) {
     constexpr int N = decltype(tag)::value;
     const int64_t tm = (m + 127) / 128, tn = (n + N - 1) / N;
     const int64_t slots = props.sm_count / 2 - 2;
-    const bool many = n >= 16384;
+    const bool many = force || n >= 16384;
     if (many || (tm * ((tn + 1) / 2) <= slots && 4 * tm * ((tn + 1) / 2) >= 3 * slots)) {
       using Tl = gemm::Sm90Tile<__nv_bfloat16, 2, N, WideStages(N), false, 2, false, false, true>;
       vs.push_back({"wa" + std::to_string(N), Direct<Tl>(ws, props)});
@@ -161,6 +164,18 @@ void AddWideClusters(std::vector<std::pair<std::string, L>>& vs, int m, int n, f
       using Tl = gemm::Sm90Tile<__nv_bfloat16, 2, N, WideStages(N), false, 2>;
       vs.push_back({"wb" + std::to_string(N), Direct<Tl>(ws, props)});
     }
+  };
+  (one(std::integral_constant<int, kN>{}), ...);
+}
+// Plain tiles of 128 rows of a by kN weight rows, unclustered, over any number of rounds (stream-K
+// through Direct) (gap9: the decode layer's GEMMs)
+template <int... kN>
+void AddWideAny(std::vector<std::pair<std::string, L>>& vs, float* ws, const DeviceProps& props,
+                std::integer_sequence<int, kN...>) {
+  auto one = [&](auto tag) {
+    constexpr int N = decltype(tag)::value;
+    using Tl = gemm::Sm90Tile<__nv_bfloat16, 2, N, WideStages(N), false, 1>;
+    vs.push_back({"w" + std::to_string(N), Direct<Tl>(ws, props)});
   };
   (one(std::integral_constant<int, kN>{}), ...);
 }
@@ -271,6 +286,17 @@ int main() {
     for (int m : {96, 128}) {
       for (auto nk : {std::pair<int, int>{4096, 4096}, {6144, 4096}, {4096, 14336}, {2048, 4096},
                       {1024, 4096}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+  }
+  if (set && std::string(set) == "gap9") {  // the decode layer's GEMMs (Llama 3 8B) at m 64-256
+    // The model bench's decode b128 layer on the H200 (results/model-h200.jsonl): its four GEMMs
+    // took 0.168 ms against cuBLAS's 0.149 in torch.compile's layer, the gate + up projection
+    // (128 x 28672 x 4096) 77 us against 67 (cuBLAS's nvjet 112 x 128 swapped tile, 256 tiles).
+    shapes.clear();
+    for (int m : {64, 128, 256}) {
+      for (auto nk : {std::pair<int, int>{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
         shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
       }
     }
@@ -430,7 +456,7 @@ int main() {
         vs.push_back({"n144", Direct<gemm::Sm90Tile<B16, 2, 144, 5, false, 1>>(ws, props)});
         vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
         vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
-      } else {
+      } else if (std::string(set) != "gap9") {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
@@ -440,6 +466,16 @@ int main() {
       if (std::string(set) == "gap6") {
         AddWideClusters(vs, s.m, s.n, ws, props,
                         std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
+      }
+      if (std::string(set) == "gap9") {
+        // every round count (stream-K), and in clusters of 2 sharing a's tile ("wa": each block
+        // loads half of it, so a's bytes from L2 halve) or b's ("wb")
+        AddWideAny(vs, ws, props, std::integer_sequence<int, 64, 96, 128, 192, 256>{});
+        AddWideClusters(vs, s.m, s.n, ws, props, std::integer_sequence<int, 128, 192, 256>{},
+                        true);
+        vs.push_back({"mid", Direct<gemm::Sm90Mid<B16>>(ws, props)});
+        vs.push_back({"large", Direct<gemm::Sm90Large<B16>>(ws, props)});
+        vs.push_back({"swap", Direct<gemm::Sm90Swap192<B16>>(ws, props)});
       }
     }
     if (set && (std::string(set) == "mid" || std::string(set) == "mid2" ||
