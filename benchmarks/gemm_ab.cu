@@ -296,7 +296,8 @@ int main() {
     // (128 x 28672 x 4096) 77 us against 67 (cuBLAS's nvjet 112 x 128 swapped tile, 256 tiles).
     shapes.clear();
     for (int m : {64, 128, 256}) {
-      for (auto nk : {std::pair<int, int>{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
+      for (auto nk :
+           {std::pair<int, int>{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
         shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
       }
     }

@@ -849,8 +849,8 @@ constexpr int64_t kPairRows = 2048;
 inline bool early_columns(int64_t blocks, int sm_count) { return blocks <= 2 * sm_count; }
 
 // Layernorm and rmsnorm grids of at least this many rows of 769-1024 vectors take RowKernelFlat
-// 512 x 2 (see LaunchRowsV); 16-bit ones with weights of their type, the re-read kernels from
-// kRereadRows.
+// 512 x 2 (see LaunchRowsV); on fast_memory, 16-bit ones with columns of their type take the
+// re-read kernels from kRereadRows rows.
 constexpr int64_t kManyRows = 24576, kRereadRows = 8192;
 
 // Ops with kNoL1 load rows of grids of at most kFewBlocks blocks of one row each, 2 vectors per
@@ -1221,7 +1221,7 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
                               attr);
         }
       }
-      // Faster memory (fast_memory: the H200's 4.9 TB/s) takes the rules measured there (see the
+      // Fast memory (fast_memory: the H200's 4.8 TB/s) takes the rules measured there (see the
       // H200 paragraph above); the H100's follow.
       if (fast_memory(props)) {
         if constexpr (Op::kFusedAdd && sizeof(T) == 2) {
