@@ -600,28 +600,26 @@ void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
   }
   // (Rows of 128 vectors or fewer: the one-row-per-block variants below idle most of their
   // threads, 9-45x the launcher's time in PART 4; PARTs 5 and 6 time the group scope's instead.)
-#if PART == 5 || PART == 6
-  if (n <= 128) goto timed;
-#endif
-  AddRowKernel<K, 1, false>(vs, n, args, attr);
-  AddRowKernel<K, 2, false>(vs, n, args, attr);
-  AddRowKernel<K, 4, false>(vs, n, args, attr);
-  AddRowKernel<K, 1, true>(vs, n, args, attr);
-  AddRowKernel<K, 2, true>(vs, n, args, attr);
-  AddRowKernel<K, 4, true>(vs, n, args, attr);
+  if (!((PART == 5 || PART == 6) && n <= 128)) {
+    AddRowKernel<K, 1, false>(vs, n, args, attr);
+    AddRowKernel<K, 2, false>(vs, n, args, attr);
+    AddRowKernel<K, 4, false>(vs, n, args, attr);
+    AddRowKernel<K, 1, true>(vs, n, args, attr);
+    AddRowKernel<K, 2, true>(vs, n, args, attr);
+    AddRowKernel<K, 4, true>(vs, n, args, attr);
 #define ADD_FLAT(T, VPT) AddFlat<K, T, VPT>(vs, n, args, attr);
-  if constexpr (K == NormKind::kFused) {
-    PAIRS_FUSED(ADD_FLAT)
-  } else if constexpr (K == NormKind::kLayer) {
-    PAIRS_LAYER(ADD_FLAT)
-  } else if constexpr (K == NormKind::kSoftmax) {
-    PAIRS_SOFTMAX(ADD_FLAT)
-  } else {
-    PAIRS_RMS(ADD_FLAT)
+    if constexpr (K == NormKind::kFused) {
+      PAIRS_FUSED(ADD_FLAT)
+    } else if constexpr (K == NormKind::kLayer) {
+      PAIRS_LAYER(ADD_FLAT)
+    } else if constexpr (K == NormKind::kSoftmax) {
+      PAIRS_SOFTMAX(ADD_FLAT)
+    } else {
+      PAIRS_RMS(ADD_FLAT)
+    }
   }
 #undef ADD_FLAT
 #if PART == 5 || PART == 6
-timed:
   for (int t : {128, 256, 512}) {
     for (int w : {0, 1, 2}) {
       AddGroup<K, 1>(vs, n, args, attr, t, w);
