@@ -127,8 +127,9 @@ __global__ void ActAndMulKernel(T* out, RowStride out_rs, const T* in, RowStride
   }
 }
 
-// out = act(in + bias), bias broadcast over rows (B = void: no bias).
-template <math::Act A, typename T, typename B, int V, int U, Form F>
+// out = act(in + bias), bias broadcast over rows (B = void: no bias). kShort: the activation's
+// shorter form (math::activate) in every form of the kernel, not only the latency form.
+template <math::Act A, typename T, typename B, int V, int U, Form F, bool kShort = false>
 __global__ void BiasActKernel(T* out, RowStride out_rs, const T* in, RowStride in_rs,
                               const B* bias, int64_t rows, int64_t cols) {
   constexpr bool kFast = DTypeTraits<T>::kLowPrecision;
@@ -158,7 +159,7 @@ __global__ void BiasActKernel(T* out, RowStride out_rs, const T* in, RowStride i
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const float v = to_float(a[u][k]) + (kBias ? b[u][k] : 0.f);
-        y[k] = math::activate<A, kFast, F == Form::kLatency>(v);
+        y[k] = math::activate<A, kFast, kShort || F == Form::kLatency>(v);
       }
       Vec<T, V>::cast_store(o + i * V, y);
     }
@@ -325,14 +326,26 @@ struct ActAndMulK {
 // 128 x 18176 4.79 -> 3.62, x 24576 5.30 -> 4.59, x 32768 7.32 -> 5.59; an output per input set
 // 5.03 / 5.88 / 7.84 -> 4.60 / 5.71 / 7.11. Up to 5 waves (from 2; 2026-11-27, GPU-f0fb4a37):
 // 1024 x 10240 (4.9 waves) 14.99 -> 13.70 (torch 14.44); 1024 x 18176 and wider keep U2x128.
-template <math::Act A, typename T, typename B>
+// On fast_memory (the H200) the plain gelu of 16-bit types takes the erfc-tail form in every grid
+// (kShort: branchless, where erff's time depends on the data) and the plain form (FastGelu), and
+// silu the plain form of 256 threads (FastSilu). Measured on the H200, rows_probe -DPART=8
+// (GPU-51afd693), bf16, inputs uniform over [-6, 6], us, U2x128 strided erff (the H100's shape)
+// -> U2x128 plain kShort: gelu 8192 x 32768 423.8 -> 263.1, 8192 x 3072 38.5 -> 26.9, 1024 x
+// 18176 28.1 -> 20.1 (kShort strided: 286.1 / 27.9 / 20.8; U1x256 plain kShort 291.3 / 29.0 /
+// 21.4). Over [-6, 6] most of erff's inputs take its slower branch: in the sweep (torch.randn
+// inputs) the H100's shape ran 298.7 at 8192 x 32768 (torch 291.7). silu 8192 x 29568, U1x512
+// strided -> U1x256 plain: 245.1 -> 228.8 (U1x512 plain 239.7; on the H100 the two tied, see
+// Throughput).
+template <math::Act A, typename T, typename B, bool kShort = false>
 struct BiasActK {
   using Plain = std::conditional_t<A == math::Act::kSilu, Throughput<1, 512, false>,
                                    Throughput<2, 128, false, 5>>;
   using P = std::conditional_t<std::is_void_v<B>, Plain, DefaultThroughput>;
+  using FastGelu = Throughput<2, 128, true, 5>;
+  using FastSilu = Throughput<1, 256, true>;
   template <int V, int U, Form F>
   struct K {
-    static constexpr auto kernel = BiasActKernel<A, T, B, V, U, F>;
+    static constexpr auto kernel = BiasActKernel<A, T, B, V, U, F, kShort>;
   };
 };
 template <typename T>
@@ -376,14 +389,28 @@ cudaError_t BiasAct(T* out, const T* input, const B* bias, int64_t rows, int64_t
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   bool vec = CanVectorize<T>(cols, {{out, out_stride}, {input, in_stride}});
   if constexpr (!std::is_void_v<B>) vec = vec && is_aligned(bias, vec_align<B, vec16<T>()>());
-  using K = BiasActK<A, T, B>;
-  using P = typename K::P;
   const bool plain = Plain({out_stride, in_stride});
-  return vec ? LaunchTiled<vec16<T>(), P, K::template K>(rows, cols, plain, stream, out,
-                                                          out_stride, input, in_stride, bias, rows,
-                                                          cols)
-             : LaunchTiled<1, P, K::template K>(rows, cols, plain, stream, out, out_stride, input,
-                                                in_stride, bias, rows, cols);
+  const auto launch = [&](auto k, auto shape) {
+    using K = decltype(k);
+    using P = decltype(shape);
+    return vec ? LaunchTiled<vec16<T>(), P, K::template K>(rows, cols, plain, stream, out,
+                                                            out_stride, input, in_stride, bias,
+                                                            rows, cols)
+               : LaunchTiled<1, P, K::template K>(rows, cols, plain, stream, out, out_stride,
+                                                  input, in_stride, bias, rows, cols);
+  };
+  using K = BiasActK<A, T, B>;
+  if constexpr (std::is_void_v<B> && (A == math::Act::kSilu ||
+                                      (A == math::Act::kGelu && DTypeTraits<T>::kLowPrecision))) {
+    DeviceProps props;
+    XK_CUDA_TRY(GetDeviceProps(&props));
+    if (fast_memory(props)) {
+      if constexpr (A == math::Act::kSilu) return launch(K{}, typename K::FastSilu{});
+      using KS = BiasActK<A, T, B, true>;
+      return launch(KS{}, typename KS::FastGelu{});
+    }
+  }
+  return launch(K{}, typename K::P{});
 }
 
 /// out = act(input) over [rows, cols].

@@ -53,10 +53,11 @@ XK_DEVICE float silu(float x) {
 //   of 1.4e-6; Phi = 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below. 0.009% (0.03%) of bf16
 //   (fp16) outputs off the correctly rounded value.
 // The gated elementwise kernels take kShort for 16-bit outputs in every grid (the plain gelu and
-// add_bias_gelu in latency grids only). Measured on the H100, bf16 gelu_and_mul, CUDA graphs,
-// erff / kShort (A/B): 1x28672 1.61 / 1.42 us, 4096x28672 116.00 / 116.57 us, 8192x28672 229.46 /
-// 231.05 us (torch.compile 230.43; silu 230.92); on the H200, whose memory outruns erff's
-// arithmetic there, 8192x14336 192.71 / 160.44 us (silu_and_mul 161.20; see ActAndMulK).
+// add_bias_gelu in latency grids only; on fast_memory the plain gelu in every grid: BiasActK).
+// Measured on the H100, bf16 gelu_and_mul, CUDA graphs, erff / kShort (A/B): 1x28672 1.61 / 1.42
+// us, 4096x28672 116.00 / 116.57 us, 8192x28672 229.46 / 231.05 us (torch.compile 230.43; silu
+// 230.92); on the H200, whose memory outruns erff's arithmetic there, 8192x14336 192.71 / 160.44
+// us (silu_and_mul 161.20; see ActAndMulK).
 template <bool kFast, bool kShort = false>
 XK_DEVICE float gelu(float x) {
   if constexpr (kFast && kShort) {

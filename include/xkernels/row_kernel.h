@@ -1334,9 +1334,25 @@ cudaError_t LaunchRowsV(RowArgs<T, W> a, const typename Op::Attr& attr, cudaStre
       // 51.04); rejected: one block of 512 x 8 (8.16 at 128 rows, 64.3 at 1024), the kEarly
       // cluster form of 2 x 512 (10.1), clusters of 8 x 256 (8.6, 56.6). Latency grids (1-66
       // rows) keep the kEarly clusters of 4 x 256: pairs took 1 x 32768 from 2.61 to 3.77.
-      if (n <= 8 * kMaxThreads && persistent && a.rows <= kPairRows) {
+      // On fast_memory the pairs take every row count past a wave, RowKernelSmem none. Measured
+      // on the H200, rows_probe -DPART=7 (GPU-f47b768f), bf16, us, RowKernelSmem (one block per
+      // row) -> pairs: 4096 x 32768 186.3 -> 165.4, 8192 x 32768 363.8 -> 324.8, 16384 x 32768
+      // 724.6 -> 644.2, 8192 x 32000 333.0 -> 322.2 (RowKernelFlat 1024 x 4, Liger's shape,
+      // 167.1 / 327.9 / 652.6 / 323.7; the sweep's Liger at 8192 x 32768: 329.6).
+      if (n <= 8 * kMaxThreads && persistent && (a.rows <= kPairRows || fast_memory(props))) {
         return LaunchPersistentClusters<Op, T, W, V>(
             a, attr, 2, round_up32(ceil_div<int64_t>(n, 8)), props, stream);
+      }
+      // On fast_memory, rows of 4097-8192 vectors (64-128 KB) past a wave take persistent
+      // clusters of 8 blocks, not RowKernelSmem's pairs. Measured on the H200, rows_probe
+      // -DPART=7 and 8 (GPU-f47b768f, GPU-51afd693), bf16 softmax, us, RowKernelSmem over 2
+      // blocks (1 block) -> clusters of 8: x 65536, 256 rows 30.0 (28.0) -> 27.2, 1024 103.2
+      // (95.1) -> 94.2, 2048 198.3 (179.6) -> 174.2, 4096 386.7 (340.4) -> 343.4, 8192 763.6
+      // (669.1) -> 681.2; 4096 x 50304 373.3 (326.2) -> 302.2 (a share of 3.07 chunks).
+      if (fast_memory(props) && n > 8 * kMaxThreads && n <= 16 * kMaxThreads && persistent) {
+        return LaunchPersistentClusters<Op, T, W, V>(
+            a, attr, kMaxCluster, round_up32(ceil_div<int64_t>(n, 4 * kMaxCluster)), props,
+            stream);
       }
     }
     if constexpr (sizeof(T) * V == 16 && !Op::kFusedAdd) {
