@@ -23,7 +23,8 @@
 // dispatch (how the rescaled loop's vote along k was measured, 2026-11-28, with its variants as
 // template knobs); gap9: the decode layer's four GEMMs (Llama 3 8B) at m 64 / 128 / 256, the plain
 // 128 x n tiles at any round count ("w<n>"), in clusters ("wa<n>", "wb<n>"), and the dispatch's
-// named tiles forced.
+// named tiles forced; gap10: gap9's losses to cuBLAS with gap's variants added (splits 1-4, the
+// sized swapped tiles).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -302,6 +303,15 @@ int main() {
       }
     }
   }
+  if (set && std::string(set) == "gap10") {  // gap9's losses to cuBLAS, with gap's tiles forced
+    // gap9 on the H200 (2026-11-28, eighth session, GPU-51afd693), us, as the adapters call it
+    // against cuBLAS: 128 x 6144 x 4096 23.9 / 17.6, 256 x 6144 26.8 / 23.0, 64 x 4096 x 4096
+    // 14.5 / 12.5, 128 x 4096 x 14336 40.4 / 38.1, 256 x 4096 x 14336 52.7 / 49.2.
+    shapes.clear();
+    for (int m : {64, 128, 256}) shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
+    shapes.push_back({64, 4096, 4096, Elem::kBF16, Scale::kNone});
+    for (int m : {128, 256}) shapes.push_back({m, 4096, 14336, Elem::kBF16, Scale::kNone});
+  }
   if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
     shapes.clear();
     for (int m : {96, 128, 192, 256, 320, 384}) {
@@ -421,7 +431,8 @@ int main() {
                       return gemm::Gemm(q, 0);
                     }});
     }
-    if (set && std::string(set) == "gap") {
+    const bool gap10 = set && std::string(set) == "gap10";
+    if (set && (std::string(set) == "gap" || gap10)) {
       // every 16-bit tile of the dispatch forced, unsplit and split 2-4 (split-K through the
       // workspace, reduced by the second kernel), and the sized swapped tiles at each a-tile size
       for (int sp = 1; sp <= 4; ++sp) {
@@ -457,7 +468,7 @@ int main() {
         vs.push_back({"n144", Direct<gemm::Sm90Tile<B16, 2, 144, 5, false, 1>>(ws, props)});
         vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
         vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
-      } else if (std::string(set) != "gap9") {
+      } else if (std::string(set) != "gap9" && !gap10) {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
@@ -468,7 +479,7 @@ int main() {
         AddWideClusters(vs, s.m, s.n, ws, props,
                         std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
-      if (std::string(set) == "gap9") {
+      if (std::string(set) == "gap9" || gap10) {
         // every round count (stream-K), and in clusters of 2 sharing a's tile ("wa": each block
         // loads half of it, so a's bytes from L2 halve) or b's ("wb")
         AddWideAny(vs, ws, props, std::integer_sequence<int, 64, 96, 128, 192, 256>{});
