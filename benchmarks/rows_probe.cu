@@ -15,7 +15,8 @@
 // memory left the H100's launch rules behind the peers (2026-11-28), softmax among them; 5: the
 // H200's rules around them, short rows in group scope, the largest gated activations; 6: the
 // H200 sweep's other losses; 7: softmax over vocabulary-sized rows on the H200; 8: the plain
-// activations' forms and softmax's rules for rows of 2049-8192 vectors on the H200.)
+// activations' forms and softmax's rules for rows of 2049-8192 vectors on the H200; 9: softmax's
+// shared-memory ring in other shapes, at vocabulary-sized rows.)
 // Timing: CUDA graphs of 40 launches over rotating input sets (>= 3 sets and >= 3x the L2), one
 // output buffer for every set (as the bench's caching allocator hands back); the graphs of a
 // shape are replayed in 5 interleaved rounds of 3, the median of the 15. GB/s: the rows read and
@@ -386,7 +387,7 @@ using OpOf = std::conditional_t<
 #define PAIRS_FUSED(X) \
   X(64, 4) X(128, 2) X(256, 1) X(128, 4) X(256, 2) X(512, 1) X(512, 3) X(512, 4) X(1024, 2)
 #define PAIRS_LAYER(X) X(128, 3) X(256, 2) X(512, 1) X(128, 4)
-#if PART == 7 || PART == 8
+#if PART == 7 || PART == 8 || PART == 9
 #define PAIRS_SOFTMAX(X) X(512, 4) X(1024, 2) X(1024, 3) X(1024, 4)
 #else
 #define PAIRS_SOFTMAX(X) X(128, 4) X(256, 2) X(256, 4) X(512, 1) X(512, 2) X(1024, 1)
@@ -533,6 +534,57 @@ void AddLong(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16,
   }
 }
 
+// RowKernelSmem with another ring: chunks of kThreads x kVPC vectors, kSlots of them
+// ("R<threads>v<vpc>s<slots>"), thread stores, over c blocks with shares as LaunchSmemClusters
+// cuts them (PART 9).
+template <NormKind K, int kThreads, int kVPC, int kSlots>
+void AddRing(std::vector<Variant>& vs, int64_t n, int c,
+             const std::vector<RowArgs<B16, B16>>& args, typename OpOf<K>::Attr attr) {
+  using Op = OpOf<K>;
+  const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(n, c), 8) * 8);
+  const int chunk = kThreads * kVPC;
+  if (ceil_div(share, chunk) > kSlots) return;  // the kernel holds a share in its ring
+  constexpr auto kernel = RowKernelSmem<Op, B16, B16, 8, kVPC, kSlots, false>;
+  constexpr size_t bytes = size_t{kSlots} * kThreads * kVPC * 16;
+  if (bytes + 2048 > static_cast<size_t>(g_props.smem_optin)) return;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes)));
+  int clusters = 0;
+  if (c > 1) {
+    const LaunchConfig one(dim3(static_cast<unsigned>(c)), kThreads, 0, c, false, bytes);
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.cfg));
+  } else {
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&clusters, kernel, kThreads, bytes));
+    clusters *= g_props.sm_count;
+  }
+  const int64_t blocks = std::min<int64_t>(args[0].rows, clusters) * c;
+  Variant v;
+  v.name = "R" + std::to_string(kThreads) + "v" + std::to_string(kVPC) + "s" +
+           std::to_string(kSlots) + "c" + std::to_string(c);
+  v.run = [=](int s, cudaStream_t st) {
+    const LaunchConfig lc(dim3(static_cast<unsigned>(blocks)), kThreads, st, c, UsePDL(g_props),
+                          bytes);
+    return cudaLaunchKernelEx(&lc.cfg, kernel, args[s], attr, share, c);
+  };
+  vs.push_back(v);
+}
+
+template <NormKind K>
+void AddRings(std::vector<Variant>& vs, int64_t n, const std::vector<RowArgs<B16, B16>>& args,
+              typename OpOf<K>::Attr attr) {
+  if constexpr (K == NormKind::kSoftmax) {
+    for (int c : {2, 4}) {
+      AddRing<K, 1024, 2, 6>(vs, n, c, args, attr);
+      AddRing<K, 1024, 2, 7>(vs, n, c, args, attr);
+      AddRing<K, 1024, 1, 12>(vs, n, c, args, attr);
+      AddRing<K, 1024, 1, 13>(vs, n, c, args, attr);
+      AddRing<K, 1024, 3, 4>(vs, n, c, args, attr);
+      AddRing<K, 512, 2, 12>(vs, n, c, args, attr);
+      AddRing<K, 512, 4, 6>(vs, n, c, args, attr);
+    }
+  }
+}
+
 template <NormKind K>
 void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
   if (g_only && std::strcmp(g_only, op) != 0) return;
@@ -647,8 +699,11 @@ void NormCase(const char* op, int64_t rows, int cols, cudaStream_t stream) {
     }
   }
 #endif
-#if PART == 7 || PART == 8
+#if PART == 7 || PART == 8 || PART == 9
   AddLong<K>(vs, n, args, attr);
+#endif
+#if PART == 9
+  AddRings<K>(vs, n, args, attr);
 #endif
 #if PART == 6
   if constexpr (K == NormKind::kRms || K == NormKind::kLayer) {
@@ -1034,6 +1089,18 @@ int main(int argc, char** argv) {
       NormCase<NormKind::kSoftmax>("softmax", rows, 65536, stream);
     }
     NormCase<NormKind::kSoftmax>("softmax", 4096, 50304, stream);
+  }
+#endif
+#if PART == 9
+  {
+    // Softmax over >= 1024 rows of vocabularies on the H200 (the sweep's 2364-2750 GB/s at 1024
+    // x 262208 / 256000 / 151936, goal 2,800): RowKernelSmem's ring in other shapes, where a
+    // share of 4 chunks and a few vectors takes 5 of the 6 slots.
+    NormCase<NormKind::kSoftmax>("softmax", 1024, 262208, stream);
+    NormCase<NormKind::kSoftmax>("softmax", 1024, 256000, stream);
+    NormCase<NormKind::kSoftmax>("softmax", 1024, 151936, stream);
+    NormCase<NormKind::kSoftmax>("softmax", 2048, 262144, stream);
+    NormCase<NormKind::kSoftmax>("softmax", 4096, 131072, stream);
   }
 #endif
 #if PART == 0 || PART == 4

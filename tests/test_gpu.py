@@ -188,8 +188,8 @@ def test_softmax_rows_not_16_byte_aligned(dtype, cols):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_softmax_rows_in_two_large_shares(dtype):
     """Rows split over 2 blocks with shares of more than 64 KB (16-bit 65537-131072, float32
-    32769-65536), in grids past a wave: RowKernelSmem's bulk stores. 131000 and 65000 leave the
-    second share's last chunk partial."""
+    32769-65536), in grids past a wave: RowKernelSmem's bulk stores (thread stores on
+    fast_memory). 131000 and 65000 leave the second share's last chunk partial."""
     check("softmax", (300, 65000 if dtype == torch.float32 else 131000), dtype, "cuda")
 
 
@@ -199,7 +199,19 @@ def test_softmax_rows_in_two_large_shares(dtype):
 def test_softmax_pairs_of_blocks(dtype, rows, cols):
     """Rows of 2049-4096 16-byte vectors in grids of up to 2048 rows: persistent pairs of blocks
     (16-bit 16392-32768, float32 8196-16384; 16392 leaves one vector for the second block's
-    last thread group); 2049 rows take the wider clusters or RowKernelSmem."""
+    last thread group); 2049 rows take the wider clusters or RowKernelSmem (on fast_memory, the
+    pairs again; float32 32000, 8000 vectors, the clusters of 8 below)."""
+    check("softmax", (rows, cols), dtype, "cuda")
+
+
+@pytest.mark.parametrize("rows,cols", [(300, 32776), (300, 50304), (2100, 65536)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_rows_of_4097_to_8192_vectors(dtype, rows, cols):
+    """Rows of 4097-8192 16-byte vectors (16-bit 32776-65536, float32 half as many) past a wave:
+    persistent clusters of 8 blocks on fast_memory (the H200), RowKernelSmem over 2 blocks
+    elsewhere; 32776 leaves one vector past 4096, 50304 a short last share."""
+    if dtype == torch.float32:
+        cols //= 2
     check("softmax", (rows, cols), dtype, "cuda")
 
 
@@ -231,9 +243,9 @@ def test_latency_grids_spread_over_sms(op, rows, cols):
 def test_rows_just_past_whole_chunks(cols, dtype):
     """Vocabulary-sized rows over clusters of RowKernelSmem: bf16 151936 over 2 blocks (shares of
     4.6 32 KB chunks: 5 of the ring's 6 slots), 262208 over 4 (4.004 chunks: each share's last
-    chunk nearly empty), float32 151936 over 4 (4.6 chunks; float32 262208: no shared-memory
-    rows); grids past the clusters that fit, each taking many rows; softmax and rmsnorm against
-    float64."""
+    chunk nearly empty; on fast_memory 2.67 chunks of 48 KB in a ring of 4), float32 151936 over
+    4 (4.6 chunks; float32 262208: no shared-memory rows); grids past the clusters that fit, each
+    taking many rows; softmax and rmsnorm against float64."""
     check("softmax", (300, cols), dtype, "cuda")
     check("rmsnorm", (300, cols), dtype, "cuda")
 

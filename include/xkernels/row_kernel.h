@@ -944,11 +944,14 @@ inline int SmemClusterSize(int64_t n, const DeviceProps& props) {
   return c <= 2 ? 2 : c <= 4 ? 4 : kMaxCluster;
 }
 
-// The launch of RowKernelSmem with shares of `share` vectors.
-template <class Op, typename T, typename W, int V, bool kBulkStore>
+// The launch of RowKernelSmem with shares of `share` vectors, its ring kSlots chunks of kVPC
+// vectors per thread (the same bytes as kSmemBytes).
+template <class Op, typename T, typename W, int V, bool kBulkStore, int kVPC = kSmemVPC,
+          int kSlots = kSmemSlots>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                int share, const DeviceProps& props, cudaStream_t stream) {
-  constexpr auto kernel = RowKernelSmem<Op, T, W, V, kSmemVPC, kSmemSlots, kBulkStore>;
+  static_assert(size_t{kSlots} * kSmemThreads * kVPC * 16 == kSmemBytes, "the ring's bytes");
+  constexpr auto kernel = RowKernelSmem<Op, T, W, V, kVPC, kSlots, kBulkStore>;
   int clusters = 0;
   XK_CUDA_TRY(CachedFit<kernel>(c, &clusters, [&](int* fit) {
     XK_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -985,12 +988,27 @@ cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& 
 // and 8 blocks) 774.1 -> 786.9 and 775.8 -> 788.8 (rmsnorm 2048x262144 gained, 1019.1 ->
 // 1006.9); shares of 64 KB, where the refill's lag behind the store is a third of a share,
 // 8192x65536 768 -> 779-784, 16384x32768 733.5 -> 739.9.
+// On fast_memory (the H200) thread stores everywhere, and shares of 8193-9216 vectors (4 chunks
+// and a few vectors: 5 of the ring's 6 slots, 1 left for the next row) in 3 chunks of 3 vectors
+// per thread (4 slots, 1 left). Measured on the H200, rows_probe -DPART=9 (GPU-72eb4372), bf16
+// softmax, us: bulk -> thread stores, 1024 x 151936 229.1 -> 222.9, 4096 x 131072 709.5 -> 694.7
+// (PART 7, GPU-f47b768f: 1024 x 128256 188.8 -> 184.6); 1024 x 262208 (4 shares of 8200) 456.9 ->
+// 419.3 (a ring of 7 slots 463.4, of 12-13 chunks of 1 vector 486-488). Shares of 4 whole chunks
+// lost with 3 vectors (1024 x 256000 389.7 -> 410.1, 2048 x 262144 766.7 -> 805.4), and shares
+// of 9217-10240 vectors with them fill the 4 slots (1024 x 151936 222.9 -> 253.3).
 template <class Op, typename T, typename W, int V>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                const DeviceProps& props, cudaStream_t stream) {
   // Shares rounded to 8 vectors (128 bytes), so that every block's copies start 128-byte aligned
   // where the row does.
   const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
+  if (fast_memory(props)) {
+    constexpr int kChunk = kSmemThreads * kSmemVPC, kChunk3 = kSmemThreads * 3;
+    if (share > 4 * kChunk && share <= 3 * kChunk3) {
+      return LaunchSmemClusters<Op, T, W, V, false, 3, 4>(a, attr, c, share, props, stream);
+    }
+    return LaunchSmemClusters<Op, T, W, V, false>(a, attr, c, share, props, stream);
+  }
   return c == 2 && share > kSmemSmallShare
              ? LaunchSmemClusters<Op, T, W, V, true>(a, attr, c, share, props, stream)
              : LaunchSmemClusters<Op, T, W, V, false>(a, attr, c, share, props, stream);
