@@ -24,7 +24,8 @@
 // template knobs); gap9: the decode layer's four GEMMs (Llama 3 8B) at m 64 / 128 / 256, the plain
 // 128 x n tiles at any round count ("w<n>"), in clusters ("wa<n>", "wb<n>"), and the dispatch's
 // named tiles forced; gap10: gap9's losses to cuBLAS with gap's variants added (splits 1-4, the
-// sized swapped tiles).
+// sized swapped tiles); gap11: decode shapes with narrower plain tiles (128 x 48), one-group
+// 64 x n tiles split 1-4 ("s<n>/<splits>") and swapped one-group tiles unclustered ("u<n>").
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -180,6 +181,28 @@ void AddWideAny(std::vector<std::pair<std::string, L>>& vs, float* ws, const Dev
   };
   (one(std::integral_constant<int, kN>{}), ...);
 }
+// gap11: one-group tiles of 64 rows of a by kN weight rows ("s<n>"), split 1-4 ("/<splits>"), and
+// swapped one-group tiles unclustered, 64 weight rows by kN rows of a ("u<n>"), split 1-2
+constexpr int OneGroupStages(int n) {
+  const int c = n % 64 != 0 ? 0 : (64 * n * 2 > 8192 ? 64 * n * 2 : 8192);
+  const int st = (232448 - 1024 - c - 256) / (8192 + 128 * n);
+  return st < 12 ? st : 12;
+}
+template <int... kN>
+void AddOneGroup(std::vector<std::pair<std::string, L>>& vs, float* ws, const DeviceProps& props,
+                 std::integer_sequence<int, kN...>) {
+  auto one = [&](auto tag) {
+    constexpr int N = decltype(tag)::value;
+    using Tl = gemm::Sm90Tile<__nv_bfloat16, 1, N, OneGroupStages(N), false>;
+    using Tu = gemm::Sm90Tile<__nv_bfloat16, 1, N, OneGroupStages(N), false, 1, false, true>;
+    for (int sp = 1; sp <= 4; ++sp) {
+      const std::string t = sp == 1 ? "" : "/" + std::to_string(sp);
+      vs.push_back({"s" + std::to_string(N) + t, Direct<Tl>(ws, props, sp)});
+      if (sp <= 2) vs.push_back({"u" + std::to_string(N) + t, Direct<Tu>(ws, props, sp)});
+    }
+  };
+  (one(std::integral_constant<int, kN>{}), ...);
+}
 int main() {
   DeviceProps props;
   CHECK(GetDeviceProps(&props));
@@ -311,6 +334,18 @@ int main() {
     for (int m : {64, 128, 256}) shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
     shapes.push_back({64, 4096, 4096, Elem::kBF16, Scale::kNone});
     for (int m : {128, 256}) shapes.push_back({m, 4096, 14336, Elem::kBF16, Scale::kNone});
+  }
+  if (set && std::string(set) == "gap11") {  // decode shapes: narrower and one-group tiles
+    // gap10 found no tile of ours within 15% of cuBLAS at 128 x 6144 x 4096 (48 weight tiles of
+    // 128 rows: 36% of the SMs) nor at m 64 x 4096 x 4096: plain 128 x 48 tiles (128 of them at
+    // n 6144), one-group 64 x n tiles split 1-4, swapped one-group tiles unclustered.
+    shapes.clear();
+    for (int m : {64, 128}) {
+      shapes.push_back({m, 6144, 4096, Elem::kBF16, Scale::kNone});
+      shapes.push_back({m, 4096, 4096, Elem::kBF16, Scale::kNone});
+    }
+    shapes.push_back({128, 4096, 14336, Elem::kBF16, Scale::kNone});
+    shapes.push_back({64, 28672, 4096, Elem::kBF16, Scale::kNone});
   }
   if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
     shapes.clear();
@@ -468,7 +503,7 @@ int main() {
         vs.push_back({"n144", Direct<gemm::Sm90Tile<B16, 2, 144, 5, false, 1>>(ws, props)});
         vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
         vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
-      } else if (std::string(set) != "gap9" && !gap10) {
+      } else if (std::string(set) != "gap9" && !gap10 && std::string(set) != "gap11") {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
@@ -478,6 +513,10 @@ int main() {
       if (std::string(set) == "gap6") {
         AddWideClusters(vs, s.m, s.n, ws, props,
                         std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
+      }
+      if (std::string(set) == "gap11") {
+        AddWideAny(vs, ws, props, std::integer_sequence<int, 48, 64, 96>{});
+        AddOneGroup(vs, ws, props, std::integer_sequence<int, 48, 64, 96, 128>{});
       }
       if (std::string(set) == "gap9" || gap10) {
         // every round count (stream-K), and in clusters of 2 sharing a's tile ("wa": each block

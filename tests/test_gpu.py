@@ -243,9 +243,9 @@ def test_latency_grids_spread_over_sms(op, rows, cols):
 def test_rows_just_past_whole_chunks(cols, dtype):
     """Vocabulary-sized rows over clusters of RowKernelSmem: bf16 151936 over 2 blocks (shares of
     4.6 32 KB chunks: 5 of the ring's 6 slots), 262208 over 4 (4.004 chunks: each share's last
-    chunk nearly empty; on fast_memory 2.67 chunks of 48 KB in a ring of 4), float32 151936 over
-    4 (4.6 chunks; float32 262208: no shared-memory rows); grids past the clusters that fit, each
-    taking many rows; softmax and rmsnorm against float64."""
+    chunk nearly empty; softmax's on fast_memory 2.67 chunks of 48 KB in a ring of 4), float32
+    151936 over 4 (4.6 chunks; float32 262208: no shared-memory rows); grids past the clusters
+    that fit, each taking many rows; softmax and rmsnorm against float64."""
     check("softmax", (300, cols), dtype, "cuda")
     check("rmsnorm", (300, cols), dtype, "cuda")
 

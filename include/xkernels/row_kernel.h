@@ -995,7 +995,8 @@ cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& 
 // (PART 7, GPU-f47b768f: 1024 x 128256 188.8 -> 184.6); 1024 x 262208 (4 shares of 8200) 456.9 ->
 // 419.3 (a ring of 7 slots 463.4, of 12-13 chunks of 1 vector 486-488). Shares of 4 whole chunks
 // lost with 3 vectors (1024 x 256000 389.7 -> 410.1, 2048 x 262144 766.7 -> 805.4), and shares
-// of 9217-10240 vectors with them fill the 4 slots (1024 x 151936 222.9 -> 253.3).
+// of 9217-10240 vectors with them fill the 4 slots (1024 x 151936 222.9 -> 253.3). Ops with
+// columns (rmsnorm's rows past 32768 vectors) keep chunks of 2 vectors: not measured with 3.
 template <class Op, typename T, typename W, int V>
 cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& attr, int c,
                                const DeviceProps& props, cudaStream_t stream) {
@@ -1004,7 +1005,7 @@ cudaError_t LaunchSmemClusters(const RowArgs<T, W>& a, const typename Op::Attr& 
   const int share = static_cast<int>(ceil_div<int64_t>(ceil_div<int64_t>(a.cols / V, c), 8) * 8);
   if (fast_memory(props)) {
     constexpr int kChunk = kSmemThreads * kSmemVPC, kChunk3 = kSmemThreads * 3;
-    if (share > 4 * kChunk && share <= 3 * kChunk3) {
+    if (!Op::kWeight && !Op::kBias && share > 4 * kChunk && share <= 3 * kChunk3) {
       return LaunchSmemClusters<Op, T, W, V, false, 3, 4>(a, attr, c, share, props, stream);
     }
     return LaunchSmemClusters<Op, T, W, V, false>(a, attr, c, share, props, stream);
