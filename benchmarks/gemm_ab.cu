@@ -25,7 +25,9 @@
 // 128 x n tiles at any round count ("w<n>"), in clusters ("wa<n>", "wb<n>"), and the dispatch's
 // named tiles forced; gap10: gap9's losses to cuBLAS with gap's variants added (splits 1-4, the
 // sized swapped tiles); gap11: decode shapes with narrower plain tiles (128 x 48), one-group
-// 64 x n tiles split 1-4 ("s<n>/<splits>") and swapped one-group tiles unclustered ("u<n>").
+// 64 x n tiles split 1-4 ("s<n>/<splits>") and swapped one-group tiles unclustered ("u<n>");
+// gap12: gap11's tiles at m 96 and 128 over 11 weight shapes (how gemm.h's NarrowN and PairSplits
+// were fitted; "lib" is the dispatch of the tree it is built from).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -347,6 +349,19 @@ int main() {
     shapes.push_back({128, 4096, 14336, Elem::kBF16, Scale::kNone});
     shapes.push_back({64, 28672, 4096, Elem::kBF16, Scale::kNone});
   }
+  if (set && std::string(set) == "gap12") {  // m 65-128: gap11's two wins over more shapes
+    // gap11 on the H200 (2026-11-28, ninth session, GPU-ff4dd829), us, the dispatch -> the tile:
+    // 128 x 6144 x 4096 24.0 -> plain 128 x 48 tiles 19.4 (cuBLAS 17.8); 128 x 4096 x 14336
+    // 45.1 -> one-group 64 x 128 tiles split in two 38.6 (38.7). Where do they generalise?
+    shapes.clear();
+    for (int m : {96, 128}) {
+      for (auto nk : {std::pair<int, int>{6144, 4096}, {5120, 4096}, {8192, 4096}, {12288, 4096},
+                      {4096, 8192}, {4096, 14336}, {8192, 8192}, {10240, 8192}, {8192, 28672},
+                      {2048, 14336}, {3072, 4096}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+  }
   if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
     shapes.clear();
     for (int m : {96, 128, 192, 256, 320, 384}) {
@@ -503,7 +518,8 @@ int main() {
         vs.push_back({"n144", Direct<gemm::Sm90Tile<B16, 2, 144, 5, false, 1>>(ws, props)});
         vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
         vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
-      } else if (std::string(set) != "gap9" && !gap10 && std::string(set) != "gap11") {
+      } else if (std::string(set) != "gap9" && !gap10 && std::string(set) != "gap11" &&
+                 std::string(set) != "gap12") {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
@@ -517,6 +533,10 @@ int main() {
       if (std::string(set) == "gap11") {
         AddWideAny(vs, ws, props, std::integer_sequence<int, 48, 64, 96>{});
         AddOneGroup(vs, ws, props, std::integer_sequence<int, 48, 64, 96, 128>{});
+      }
+      if (std::string(set) == "gap12") {
+        AddWideAny(vs, ws, props, std::integer_sequence<int, 48, 64, 96>{});
+        AddOneGroup(vs, ws, props, std::integer_sequence<int, 64, 128>{});
       }
       if (std::string(set) == "gap9" || gap10) {
         // every round count (stream-K), and in clusters of 2 sharing a's tile ("wa": each block

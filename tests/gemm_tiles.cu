@@ -2,7 +2,8 @@
 // GPU): for each line "m n k" on stdin (bf16 inputs and output, b as [n, k], not gated; "m n k
 // e4m3": e4m3 inputs with row-wise scales, bf16 output), the kernel gemm::Choose takes on an
 // H100's 132 SMs and its tile (TileDims: output rows x columns), and SwapHalfPlan's split where
-// it takes the one-group swapped tiles, as "name bm bn splits".
+// it takes the one-group swapped tiles (PairSplits' where it takes the 64-row tiles for m > 64),
+// as "name bm bn splits".
 // So the GPU tests can say which tile each of their shapes reaches, and fail when a rule moves it.
 #include <cstdio>
 #include <string>
@@ -25,6 +26,7 @@ const char* Name(Kernel k) {
     case Kernel::kSm90SwapSized: return "swap-sized";
     case Kernel::kSm90SwapHalf: return "swap-half";
     case Kernel::kSm90Wide144: return "wide144";
+    case Kernel::kSm90Narrow: return "narrow";
   }
   return "?";
 }
@@ -46,7 +48,9 @@ int main() {
     const Kernel kernel = Choose(p, 9, kSms);
     int bm = 0, bn = 0;
     TileDims(p, kernel, kSms, &bm, &bn);
-    const int splits = kernel == Kernel::kSm90SwapHalf ? SwapHalfPlan(p, kSms).splits : 1;
+    const int splits = kernel == Kernel::kSm90SwapHalf                ? SwapHalfPlan(p, kSms).splits
+                       : kernel == Kernel::kSm90Small && p.m > 64 ? PairSplits(p, kSms)
+                                                                    : 1;
     printf("%s %d %d %d\n", Name(kernel), bm, bn, splits);
   }
   return 0;

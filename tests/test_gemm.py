@@ -669,13 +669,27 @@ WIDE144_SHAPES = {"whole": (384, 6104, 1000), "shifted": (360, 6104, 1000),
                   "two-rows": (200, 9200, 1000), "over-slim": (272, 6104, 1000)}
 
 
-# The three tile families above, one test: each shape's id is its family and key ("sized-80",
-# "half-64-t8", "wide144-whole"; until 2026-11-28 three tests, test_gpu_gemm_swap_sized,
-# test_gpu_gemm_swap_half and test_gpu_gemm_wide144, with the same seeds).
+# Decode batches of 65-128 rows (gemm.h's NarrowN and PairSplits on 132 SMs): plain 128 x n
+# tiles, n the widest of 96 / 64 / 48 whose one round fills the SMs: 48 (m 120 x n 6104: 128
+# tiles, the last 8 columns wide; element stores), 64 (m 104 x n 8200: 129 tiles, TMA stores, the
+# last 8 columns wide), 96 (m 128 x n 11984: 125 tiles, the last 80 wide); and the 64 x 128 tiles
+# split to fill one round: in two (m 100 x n 3000: 48 tiles, where the one-group swapped tiles do
+# not fit) and in four at long k (m 72 x n 1544 x k 12296: 193 k blocks, 26 tiles). Every
+# variant, as above.
+DECODE_SHAPES = {"narrow-48": (120, 6104, 1000), "narrow-64": (104, 8200, 1000),
+                 "narrow-96": (128, 11984, 1000), "pair-2": (100, 3000, 1000),
+                 "pair-4": (72, 1544, 12296)}
+
+
+# The four tile families above, one test: each shape's id is its family and key ("sized-80",
+# "half-64-t8", "wide144-whole", "decode-narrow-48"; until 2026-11-28 three tests,
+# test_gpu_gemm_swap_sized, test_gpu_gemm_swap_half and test_gpu_gemm_wide144, with the same
+# seeds).
 TILE_SHAPES = {f"{family}-{key}": (seed_tag, key, shape)
                for family, seed_tag, shapes in (("sized", "gpusized", SIZED_SHAPES),
                                                 ("half", "gpuhalf", HALF_SHAPES),
-                                                ("wide144", "gpuwide144", WIDE144_SHAPES))
+                                                ("wide144", "gpuwide144", WIDE144_SHAPES),
+                                                ("decode", "gpudecode", DECODE_SHAPES))
                for key, shape in shapes.items()}
 
 
@@ -722,6 +736,10 @@ def test_mid_shapes_reach_their_tiles():
                                                                     "swap-sk")},
                 **{shape: ("swap-sized", n_t, 128, 1) for n_t, shape in SIZED_SHAPES.items()},
                 **{shape: ("wide144", 128, 144, 1) for shape in WIDE144_SHAPES.values()},
+                **{shape: ("narrow", 128, int(name.split("-")[1]), 1)
+                   for name, shape in DECODE_SHAPES.items() if name.startswith("narrow")},
+                **{shape: ("small", 64, 128, int(name.split("-")[1]))
+                   for name, shape in DECODE_SHAPES.items() if name.startswith("pair")},
                 **{shape: ("swap-half", int(name.split("-")[0]), 64,
                            2 if name.endswith("split") else 1)
                    for name, shape in HALF_SHAPES.items()},

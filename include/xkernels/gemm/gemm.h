@@ -130,6 +130,13 @@ using SwapHalfSizes = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 
 using SwapHalfSizes8 = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160, 192>;
 template <typename T, int kN>
 using Sm90SwapHalf = Sm90Tile<T, 1, kN, SwapHalfStages(kN), false, 2, false, true, true>;
+// 16-bit m of 97-128 (outputs of the inputs' type, not gated, k under 192 blocks) where 128 x 128
+// tiles fill few SMs in one round: plain 128 x kN tiles (two consumer groups, unclustered, 8
+// stages), kN the widest of 96, 64 and 48 whose grid is one round of at least 80% of the SMs (90%
+// for 48). NarrowN says where, with what it measured.
+using NarrowSizes = std::integer_sequence<int, 96, 64, 48>;
+template <typename T, int kN>
+using Sm90Narrow = Sm90Tile<T, 2, kN, 8, false, 1>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
 // block's scales, the wgmmas adding each block's product to them directly and one 128-column half
 // rescaled while the other half's product runs (sm90.h; H100, same-process A/B: 8192^3 898 ->
@@ -155,7 +162,8 @@ enum class Kernel {
   kSm90Swap192,
   kSm90SwapSized,
   kSm90SwapHalf,
-  kSm90Wide144
+  kSm90Wide144,
+  kSm90Narrow
 };
 
 // The rows of a per tile of Sm90SwapSized for p on `sms` SMs, or 0 where those tiles are not
@@ -245,6 +253,45 @@ inline HalfPlan SwapHalfPlan(const Params& p, int sms) {
   return h;
 }
 inline int SwapHalfN(const Params& p, int sms) { return SwapHalfPlan(p, sms).rows; }
+
+// Decode batches of 65-128 rows, 16-bit inputs and outputs of their type, not gated, on `sms` SMs,
+// where the one-group swapped tiles (SwapHalfPlan) and 128 x 128 tiles leave SMs idle. Fitted on
+// the H200 (132 SMs; gemm_ab AB_SET=gap11 and gap12, weights rotating, two runs; us, the dispatch
+// before -> the rule, cuBLAS; GPU-ff4dd829, GPU-e06891ba), not measured on the H100:
+// - NarrowN: Sm90Narrow's width (0: not taken) for m 97-128 and k under 192 blocks: 128 x 6144 x
+//   4096 24.6 -> 19.6 (128 x 48; cuBLAS 17.8), 128 x 8192 x 4096 27.4 -> 23.0 (128 x 64; 22.1),
+//   x 8192 x 8192 55.6 -> 44.1 (39.5), 128 x 12288 x 4096 36.4 -> 32.9 (128 x 96; 31.0), 128 x
+//   10240 x 8192 (81% of the SMs) 64.6 -> 56.9 (50.4). Not taken: m 96 (a quarter of each tile
+//   empty: 96 x 6144 x 4096 23.9 -> 26.9, x 8192 x 4096 25.9 -> 29.1), k of 192 blocks or more
+//   (128 x 8192 x 28672 137.3 -> 145.9), 128 x 48 tiles on 81% (128 x 5120 x 4096 20.0 -> 20.8).
+// - PairSplits: Sm90Small's 64 x 128 tiles (two rows of them) split s = 2-4 ways, where the
+//   tiles t fit one round s times over (s the most, at most 4) on at least 70% of the SMs, with k
+//   of 192 blocks or more or where SwapHalfPlan does not take the shape (0: not taken): 96 / 128 x
+//   4096 x 14336 44.3 / 46.2 -> 37.1 / 38.3 (s 2; cuBLAS 39.2 / 39.0), 96 / 128 x 2048 x 14336
+//   24.4 / 25.2 -> 22.9 / 23.5 (s 4; 22.4 / 23.1), 96 / 128 x 3072 x 4096 16.1 / 16.5 -> 13.1 /
+//   13.4 (s 2; 13.1 / 11.4). Not taken: 4096 x 8192 (level: 25.2 / 25.6 -> 24.9 / 25.4) and x 4096
+//   (128 x 4096 x 4096 14.1 -> 15.4), where the swapped tiles run; t past half the SMs (96 x 5120
+//   x 4096 19.4 -> 22.6 unsplit).
+inline bool DecodeRule(const Params& p) {
+  return p.act < 0 && p.in_type != Elem::kE4M3 && p.out_type == p.in_type && p.m > 64 &&
+         p.m <= 128;
+}
+inline int NarrowN(const Params& p, int sms) {
+  if (!DecodeRule(p) || p.m <= 96 || ceil_div<int64_t>(p.k, 64) >= 192) return 0;
+  for (const int n : SizeList(NarrowSizes{})) {
+    const int64_t tiles = ceil_div<int64_t>(p.n, n);
+    if (tiles <= sms && tiles * 10 >= int64_t{sms} * (n == 48 ? 9 : 8)) return n;
+  }
+  return 0;
+}
+inline int PairSplits(const Params& p, int sms) {
+  if (!DecodeRule(p) || sms < 1) return 0;
+  const int64_t t = ceil_div<int64_t>(p.m, 64) * ceil_div<int64_t>(p.n, 128);
+  const int64_t s = std::min<int64_t>(4, sms / t);
+  if (s < 2 || t * s * 10 < int64_t{sms} * 7) return 0;
+  if (ceil_div<int64_t>(p.k, 64) < 192 && SwapHalfN(p, sms) > 0) return 0;
+  return static_cast<int>(s);
+}
 
 // Splits of the swapped tiles' `tiles` on `sms` SMs (k in kb 64-wide blocks): to fill the SMs when
 // the tiles fill at most half of them, at most 4 and each split at least 8 k blocks long; else 1
@@ -348,6 +395,8 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
                     p.in_type == Elem::kE4M3;
   if (sm90) {
     if (p.m <= 64) return Kernel::kSm90Small;
+    if (NarrowN(p, sms) > 0) return Kernel::kSm90Narrow;
+    if (PairSplits(p, sms) > 0) return Kernel::kSm90Small;
     if (SwapHalfN(p, sms) > 0) return Kernel::kSm90SwapHalf;
     if (p.m <= 128) return Kernel::kSm90Mid;
     if (SwapSizedN(p, sms) > 0) return Kernel::kSm90SwapSized;
@@ -393,6 +442,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
     case Kernel::kSm90Wide144:
       *bm = 128, *bn = 144;
       return;
+    case Kernel::kSm90Narrow:
+      *bm = 128, *bn = NarrowN(p, sms);
+      return;
     case Kernel::kSm90Swap192:  // (the output's rows x columns; the kernel's are swapped)
       *bm = 192, *bn = 128;
       return;
@@ -427,10 +479,15 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   one.splits = 1;
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
-  // the 64-row tiles of m > 128, the sized swapped ones and the 128 x 144 ones are chosen for their
-  // rounds unsplit
+  // the 64-row tiles of m > 128, the sized swapped ones, the 128 x 144 ones and the narrow ones
+  // are chosen for their rounds unsplit
   if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90SwapSized ||
-      kernel == Kernel::kSm90Wide144) {
+      kernel == Kernel::kSm90Wide144 || kernel == Kernel::kSm90Narrow) {
+    return cudaSuccess;
+  }
+  if (kernel == Kernel::kSm90Small && p.m > 64) {  // (Choose took it for PairSplits)
+    *splits = static_cast<int32_t>(std::min<int64_t>(
+        PairSplits(p, props.sm_count), std::max<int64_t>(1, ceil_div<int64_t>(p.k, 64) / 4)));
     return cudaSuccess;
   }
   if (kernel == Kernel::kSm90SwapHalf) {
@@ -463,8 +520,8 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   return cudaSuccess;
 }
 
-// Runs p on Tile<T, n> (the swapped tiles of n rows of a: Sm90SwapSized or Sm90SwapHalf), n one
-// of the sizes kN; 16-bit outputs: the inputs' type, or bf16 / fp16 for e4m3; else
+// Runs p on Tile<T, n> (the swapped tiles of n rows of a: Sm90SwapSized or Sm90SwapHalf; or
+// Sm90Narrow's tiles of n weight rows), n one of the sizes kN; 16-bit outputs: the inputs' type, or bf16 / fp16 for e4m3; else
 // cudaErrorInvalidValue.
 template <template <typename, int> class Tile, typename T, typename Out, int... kN>
 cudaError_t LaunchRowsOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
@@ -595,6 +652,10 @@ cudaError_t GemmTiles(const Params& p, cudaStream_t stream, const DeviceProps& p
         break;
       case Kernel::kSm90SwapHalf:
         XK_CUDA_TRY((LaunchSwapHalfN<T, Out>(SwapHalfN(q, props.sm_count), q, stream, props)));
+        break;
+      case Kernel::kSm90Narrow:
+        XK_CUDA_TRY((LaunchRowsOf<Sm90Narrow, T, Out>(NarrowN(q, props.sm_count), q, stream,
+                                                      props, NarrowSizes{})));
         break;
       case Kernel::kSm90Small:
         XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));
