@@ -48,9 +48,9 @@ int main() {
     const Kernel kernel = Choose(p, 9, kSms);
     int bm = 0, bn = 0;
     TileDims(p, kernel, kSms, &bm, &bn);
-    const int splits = kernel == Kernel::kSm90SwapHalf                ? SwapHalfPlan(p, kSms).splits
-                       : kernel == Kernel::kSm90Small && p.m > 64 ? PairSplits(p, kSms)
-                                                                    : 1;
+    int splits = 1;
+    if (kernel == Kernel::kSm90SwapHalf) splits = SwapHalfPlan(p, kSms).splits;
+    if (kernel == Kernel::kSm90Small && p.m > 64) splits = PairSplits(p, kSms);
     printf("%s %d %d %d\n", Name(kernel), bm, bn, splits);
   }
   return 0;

@@ -60,7 +60,7 @@ using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
 // 1216-1293 -> 1251-1293, block 887-902 -> 871-876) keeps single blocks.
 template <typename T>
 using Sm90Large = Sm90Tile<T, 2, 256, 4, false, sizeof(T) == 2 ? 2 : 1>;
-// 64 < m <= 128 where SwapHalfPlan does not take the one-group swapped tiles below: 128 x 128
+// 64 < m <= 128 where no decode rule below takes it (NarrowN, PairSplits, SwapHalfPlan): 128 x 128
 // tiles, twice Sm90Large's count, so that a batch of decode tokens
 // spreads the weight reads over more SMs with fewer k splits (H100, m 128, Llama 3 8B's layer:
 // 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)
@@ -75,8 +75,9 @@ using Sm90Wide192 = Sm90Tile<T, 2, 192, 5, false, 2>;
 // boxes). cuBLAS runs 128 x 144 tiles at 384 x 6144 x 4096 (43 x 3 of them).
 template <typename T>
 using Sm90Wide144 = Sm90Tile<T, 2, 144, 6, false>;
-// m <= 64 (decode): one consumer group, many k blocks in flight; e4m3 rows are half as long, so
-// its tiles are half as wide to give as many blocks
+// m <= 64 (decode), and 16-bit m of 65-128 where PairSplits takes two rows of them: one consumer
+// group, many k blocks in flight; e4m3 rows are half as long, so its tiles are half as wide to
+// give as many blocks
 template <typename T>
 using Sm90Small = std::conditional_t<sizeof(T) == 1, Sm90Tile<T, 1, 64, 12, false>,
                                      Sm90Tile<T, 1, 128, 8, false>>;
@@ -467,7 +468,7 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
 // tiles only where they run few rounds: any k) and the halves still fit one wave (a split costs a
 // pass over fp32 partials and a launch, which long k repays). The 128 x 256
 // tiles (and the sm80 ones) split to fill one wave; the one-group swapped tiles as SwapHalfPlan
-// says. Measured on the H100 over Llama 3 8B's and
+// says, the 64-row tiles of m 65-128 as PairSplits does. Measured on the H100 over Llama 3 8B's and
 // 70B's projections, m 1 to 256 (benchmarks/README.md, GEMM kernel versions). Shapes and device
 // properties only, no device memory (graph-safe).
 inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
@@ -521,8 +522,8 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
 }
 
 // Runs p on Tile<T, n> (the swapped tiles of n rows of a: Sm90SwapSized or Sm90SwapHalf; or
-// Sm90Narrow's tiles of n weight rows), n one of the sizes kN; 16-bit outputs: the inputs' type, or bf16 / fp16 for e4m3; else
-// cudaErrorInvalidValue.
+// Sm90Narrow's tiles of n weight rows), n one of the sizes kN; 16-bit outputs: the inputs' type,
+// or bf16 / fp16 for e4m3; else cudaErrorInvalidValue.
 template <template <typename, int> class Tile, typename T, typename Out, int... kN>
 cudaError_t LaunchRowsOf(int n, const Params& p, cudaStream_t stream, const DeviceProps& props,
                          std::integer_sequence<int, kN...>) {
