@@ -27,7 +27,9 @@
 // sized swapped tiles); gap11: decode shapes with narrower plain tiles (128 x 48), one-group
 // 64 x n tiles split 1-4 ("s<n>/<splits>") and swapped one-group tiles unclustered ("u<n>");
 // gap12: gap11's tiles at m 96 and 128 over 11 weight shapes (how gemm.h's NarrowN and PairSplits
-// were fitted; "lib" is the dispatch of the tree it is built from).
+// were fitted; "lib" is the dispatch of the tree it is built from); gap14: the leads gap12 left
+// (the unclustered swapped one-group tiles "u<n>" at m 112-128; 128 x 128 tiles split in two,
+// "mid/2", at m 192-256).
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -362,6 +364,26 @@ int main() {
       }
     }
   }
+  if (set && std::string(set) == "gap14") {  // leads gap12 / gap13 left
+    // (1) m 97-128: the swapped one-group tiles unclustered (64 weight rows x 128 rows of a,
+    // "u128") ran ahead of the dispatch at 128 x 8192 (4096 / 8192 / 28672: 22.1 / 42.2 / 131.2
+    // against 23.4 / 45.0 / 138.6) and 128 x 5120 x 4096 (19.1 against 20.2), GPU-ce6f95d7;
+    // (2) m 192-256: 128 x 128 tiles split in two ("mid/2") against the swapped tiles SwapHalfPlan
+    // takes (256 x 4096 x 14336: 48.9 against 52.1, eighth session).
+    shapes.clear();
+    for (int m : {112, 128}) {
+      for (auto nk : {std::pair<int, int>{5120, 4096}, {7168, 4096}, {8192, 4096}, {9216, 4096},
+                      {8192, 8192}, {5120, 8192}, {8192, 28672}, {14336, 4096}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+    for (int m : {192, 256}) {
+      for (auto nk : {std::pair<int, int>{4096, 14336}, {4096, 4096}, {4096, 8192}, {2048, 8192},
+                      {3072, 4096}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+  }
   if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
     shapes.clear();
     for (int m : {96, 128, 192, 256, 320, 384}) {
@@ -519,7 +541,7 @@ int main() {
         vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
         vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
       } else if (std::string(set) != "gap9" && !gap10 && std::string(set) != "gap11" &&
-                 std::string(set) != "gap12") {
+                 std::string(set) != "gap12" && std::string(set) != "gap14") {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
@@ -537,6 +559,12 @@ int main() {
       if (std::string(set) == "gap12") {
         AddWideAny(vs, ws, props, std::integer_sequence<int, 48, 64, 96>{});
         AddOneGroup(vs, ws, props, std::integer_sequence<int, 64, 128>{});
+      }
+      if (std::string(set) == "gap14") {
+        AddWideAny(vs, ws, props, std::integer_sequence<int, 64, 96>{});
+        AddOneGroup(vs, ws, props, std::integer_sequence<int, 96, 128>{});
+        vs.push_back({"mid", Direct<gemm::Sm90Mid<B16>>(ws, props)});
+        vs.push_back({"mid/2", Direct<gemm::Sm90Mid<B16>>(ws, props, 2)});
       }
       if (std::string(set) == "gap9" || gap10) {
         // every round count (stream-K), and in clusters of 2 sharing a's tile ("wa": each block
