@@ -607,25 +607,27 @@ def test_gpu_gemm_wide192(dtype, variant):
 #   n 1800 is 29 weight tiles of 64 rows, too few for the one-group swapped tiles below);
 # - 128 x 128 whole: m 143 x 8200;
 # - 128 x 128 with stream-K: m 339 x 12296 x 2056 (group 0 straddling, group 1 by TMA);
+# - 128 x 128 split in two at long k (gemm.h's MidPair): m 200 x 4000 x 12296 (193 k blocks);
 # - 64 x 256: m 269 x 6400 (at n 6152 the 128 x 144 tiles below fill the SMs);
 # - swapped 128 x 192, whole: m 283 x 8200; split in 4: m 213 x 1032 x 2056; with stream-K:
 #   m 521 x 8200 x 4104.
 # Every variant (partial last tiles, bias, fp32 output, strided and leading dimensions, forced
-# splits) against the float64 reference, the stream-K shapes (a large float64 product on the
-# host) in four of them; and gated products (not swapped: 128 x 128 tiles of 2n columns) split in
-# two (136 x 1032), whole (143 x 4104) and with stream-K (521 x 4104 x 4104).
+# splits) against the float64 reference, the stream-K and long-k shapes (a large float64 product
+# on the host) in four of them; and gated products (not swapped: 128 x 128 tiles of 2n columns)
+# split in two (136 x 1032), whole (143 x 4104) and with stream-K (521 x 4104 x 4104).
 MID_SHAPES = {
     "mid-split": (136, 1800, 1000),
     "mid-whole": (143, 8200, 1000),
     "mid-sk": (339, 12296, 2056),
+    "mid-long": (200, 4000, 12296),
     "slim": (269, 6400, 1000),
     "swap-whole": (283, 8200, 1000),
     "swap-split": (213, 1032, 2056),
     "swap-sk": (521, 8200, 4104),
 }
 MID_CASES = [(shape, variant) for shape in MID_SHAPES for variant in GEMM_VARIANTS
-             if not shape.endswith("-sk") or variant in ("plain", "bias-f32", "out-f32-bias",
-                                                          "strided")]
+             if not shape.endswith(("-sk", "-long")) or variant in ("plain", "bias-f32",
+                                                                     "out-f32-bias", "strided")]
 
 
 @gpu
@@ -730,7 +732,8 @@ def test_mid_shapes_reach_their_tiles():
                         str(ROOT / "tests/gemm_tiles.cu"), "-o", str(exe)], check=True)
         want = {**{(m, n, k): ("mid", 128, 128, 1) for m, n, k in (MID_SHAPES["mid-split"],
                                                                    MID_SHAPES["mid-whole"],
-                                                                   MID_SHAPES["mid-sk"])},
+                                                                   MID_SHAPES["mid-sk"],
+                                                                   MID_SHAPES["mid-long"])},
                 MID_SHAPES["slim"]: ("slim", 64, 256, 1),
                 **{MID_SHAPES[s]: ("swap192", 192, 128, 1) for s in ("swap-whole", "swap-split",
                                                                     "swap-sk")},

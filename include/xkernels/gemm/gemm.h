@@ -60,7 +60,8 @@ using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
 // 1216-1293 -> 1251-1293, block 887-902 -> 871-876) keeps single blocks.
 template <typename T>
 using Sm90Large = Sm90Tile<T, 2, 256, 4, false, sizeof(T) == 2 ? 2 : 1>;
-// 64 < m <= 128 where no decode rule below takes it (NarrowN, PairSplits, SwapHalfPlan): 128 x 128
+// 64 < m <= 128 where no decode rule below takes it (NarrowN, PairSplits, SwapHalfPlan), and m
+// of 129-256 at long k where MidPair takes it (split in two), or where TileGrid does: 128 x 128
 // tiles, twice Sm90Large's count, so that a batch of decode tokens
 // spreads the weight reads over more SMs with fewer k splits (H100, m 128, Llama 3 8B's layer:
 // 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)
@@ -294,6 +295,25 @@ inline int PairSplits(const Params& p, int sms) {
   return static_cast<int>(s);
 }
 
+// Whether 16-bit p of m 129-256 (outputs of the inputs' type, not gated) with k of 192 blocks or
+// more takes 128 x 128 tiles split in two (PlanSplits) where the split grid is one round of at
+// least 90% of the SMs (n about 4096: a decode batch's down projection), not the one-group swapped
+// tiles SwapHalfPlan would give. H200, gemm_ab AB_SET=gap14 and gap10 (two runs each, GPU-9ae4f5bf
+// and GPU-ee720c78; us, the swapped tiles -> these, cuBLAS): 256 x 4096 x 14336 59.1 -> 52.8
+// (55.0) and 52.1 -> 48.9 (48.6), 192 x 4096 x 14336 52.8 -> 50.2 (48.0); at k 8192 level (256 x
+// 4096 x 8192 34.7 / 34.2), at n 2048 (a grid of 64 blocks) slower (256 x 2048 x 8192 24.0 ->
+// 26.3). With the rule, on another H200 (GPU-6a0fa5dd, one run): 256 x 4096 x 14336 48.2 (cuBLAS
+// 50.0), 192 x 4096 x 14336 51.0 (48.2). On the H100 the two were level at 256 x 4096 x 14336
+// (57.3 -> 57.9 the other way).
+inline bool MidPair(const Params& p, int sms) {
+  if (p.act >= 0 || p.in_type == Elem::kE4M3 || p.out_type != p.in_type || p.m <= 128 ||
+      p.m > 256 || ceil_div<int64_t>(p.k, 64) < 192) {
+    return false;
+  }
+  const int64_t t = ceil_div<int64_t>(p.m, 128) * ceil_div<int64_t>(p.n, 128);
+  return 2 * t <= sms && 20 * t >= int64_t{sms} * 9;
+}
+
 // Splits of the swapped tiles' `tiles` on `sms` SMs (k in kb 64-wide blocks): to fill the SMs when
 // the tiles fill at most half of them, at most 4 and each split at least 8 k blocks long; else 1
 // (stream-K then spreads a short last round).
@@ -398,6 +418,7 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
     if (p.m <= 64) return Kernel::kSm90Small;
     if (NarrowN(p, sms) > 0) return Kernel::kSm90Narrow;
     if (PairSplits(p, sms) > 0) return Kernel::kSm90Small;
+    if (MidPair(p, sms)) return Kernel::kSm90Mid;
     if (SwapHalfN(p, sms) > 0) return Kernel::kSm90SwapHalf;
     if (p.m <= 128) return Kernel::kSm90Mid;
     if (SwapSizedN(p, sms) > 0) return Kernel::kSm90SwapSized;
