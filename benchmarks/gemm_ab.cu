@@ -29,7 +29,9 @@
 // gap12: gap11's tiles at m 96 and 128 over 11 weight shapes (how gemm.h's NarrowN and PairSplits
 // were fitted; "lib" is the dispatch of the tree it is built from); gap14: the leads gap12 left
 // (the unclustered swapped one-group tiles "u<n>" at m 112-128; 128 x 128 tiles split in two,
-// "mid/2", at m 192-256).
+// "mid/2", at m 192-256); gap16: the "u<n>" tiles at m 100 and 128 over 14 weight shapes; gap17:
+// m 8-128 with the TMA boxes past a's end ("long") against the short ones the dispatch takes, and
+// the plain 128 x 48 / 64 / 96 tiles ("w<n>", short boxes) at every m.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -384,6 +386,30 @@ int main() {
       }
     }
   }
+  if (set && std::string(set) == "gap16") {  // m 97-128: where do the "u128" tiles win?
+    // gap14 (GPU-9ae4f5bf): the unclustered swapped one-group tiles, 64 weight rows by 128 rows
+    // of a, ran ahead of the dispatch at 128 x 8192 x 4096 / 8192 / 28672 and 128 x 9216 x 4096
+    // (27.9 against 33.4); their grid is n / 64 blocks. Over more widths and depths, at m 100 too.
+    shapes.clear();
+    for (int m : {100, 128}) {
+      for (auto nk : {std::pair<int, int>{5120, 4096}, {6144, 4096}, {7168, 4096}, {8192, 4096},
+                      {9216, 4096}, {10240, 4096}, {12288, 4096}, {14336, 4096}, {5120, 8192},
+                      {8192, 8192}, {10240, 8192}, {8192, 14336}, {8192, 28672}, {6144, 28672}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+  }
+  if (set && std::string(set) == "gap17") {  // short TMA boxes (m under the tile's rows)
+    // gap16: the 128-row tiles ran 20-30% slower at m 100 than at m 128 (the same tiles and
+    // grid), their a box reaching past a's end; "long" is the dispatch with such boxes.
+    shapes.clear();
+    for (int m : {8, 16, 32, 48, 72, 100, 112, 120, 128}) {
+      for (auto nk : {std::pair<int, int>{8192, 8192}, {6144, 4096}, {4096, 14336},
+                      {8192, 28672}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+  }
   if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
     shapes.clear();
     for (int m : {96, 128, 192, 256, 320, 384}) {
@@ -503,6 +529,14 @@ int main() {
                       return gemm::Gemm(q, 0);
                     }});
     }
+    if (set && std::string(set) == "gap17") {
+      vs.push_back({"long", [ws](Params q) {  // the dispatch with boxes past a's end
+                      q.workspace = ws;
+                      q.short_boxes = false;
+                      CHECK(gemm::PlanSplits(q, &q.splits));
+                      return gemm::Gemm(q, 0);
+                    }});
+    }
     const bool gap10 = set && std::string(set) == "gap10";
     if (set && (std::string(set) == "gap" || gap10)) {
       // every 16-bit tile of the dispatch forced, unsplit and split 2-4 (split-K through the
@@ -541,7 +575,8 @@ int main() {
         vs.push_back({"n176", Direct<gemm::Sm90Tile<B16, 2, 176, 5, false, 1>>(ws, props)});
         vs.push_back({"s144", Direct<gemm::Sm90Tile<B16, 1, 144, 8, false, 1>>(ws, props)});
       } else if (std::string(set) != "gap9" && !gap10 && std::string(set) != "gap11" &&
-                 std::string(set) != "gap12" && std::string(set) != "gap14") {
+                 std::string(set) != "gap12" && std::string(set) != "gap14" &&
+                 std::string(set) != "gap16" && std::string(set) != "gap17") {
         AddWide(vs, s.m, s.n, ws, props,
                 std::integer_sequence<int, 96, 112, 128, 144, 160, 176, 192>{});
       }
@@ -559,6 +594,12 @@ int main() {
       if (std::string(set) == "gap12") {
         AddWideAny(vs, ws, props, std::integer_sequence<int, 48, 64, 96>{});
         AddOneGroup(vs, ws, props, std::integer_sequence<int, 64, 128>{});
+      }
+      if (std::string(set) == "gap16" || std::string(set) == "gap17") {
+        AddOneGroup(vs, ws, props, std::integer_sequence<int, 128>{});
+      }
+      if (std::string(set) == "gap17") {
+        AddWideAny(vs, ws, props, std::integer_sequence<int, 48, 64, 96>{});
       }
       if (std::string(set) == "gap14") {
         AddWideAny(vs, ws, props, std::integer_sequence<int, 64, 96>{});

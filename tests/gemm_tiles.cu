@@ -27,6 +27,7 @@ const char* Name(Kernel k) {
     case Kernel::kSm90SwapHalf: return "swap-half";
     case Kernel::kSm90Wide144: return "wide144";
     case Kernel::kSm90Narrow: return "narrow";
+    case Kernel::kSm90SwapOne: return "swap-one";
   }
   return "?";
 }

@@ -829,6 +829,17 @@ def test_gpu_decode_batch33(dtype, q_len, page_size, layout, hq, hkv):
 
 
 @gpu
+@pytest.mark.parametrize("num_splits", [0, 1], ids=["planned", "unsplit"])
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+def test_gpu_decode_one_wave_split_in_two(dtype, num_splits):
+    """15 requests x 8 kv heads over 8200 keys: 120 blocks, one wave of the wide decode tile on
+    132 SMs, which the plan splits in two for the 4-warp tile at two blocks per SM (decode.h's
+    PlanSplits; 4100 keys a block); and the same call unsplit, on the wide tile."""
+    check(decode([8200] * 15, None, 16, "NHD", 32, 8, 128, dtype, "cuda", 30,
+                  {**LSE, "num_splits": num_splits}), backend="torch")
+
+
+@gpu
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 16, 80])
 def test_gpu_forced_splits(num_splits):
     """Forced split counts on dense and ragged prefill: more splits than key tiles (empty

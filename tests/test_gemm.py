@@ -671,16 +671,20 @@ WIDE144_SHAPES = {"whole": (384, 6104, 1000), "shifted": (360, 6104, 1000),
                   "two-rows": (200, 9200, 1000), "over-slim": (272, 6104, 1000)}
 
 
-# Decode batches of 65-128 rows (gemm.h's NarrowN and PairSplits on 132 SMs): plain 128 x n
-# tiles, n the widest of 96 / 64 / 48 whose one round fills the SMs: 48 (m 120 x n 6104: 128
-# tiles, the last 8 columns wide; element stores), 64 (m 104 x n 8200: 129 tiles, TMA stores, the
-# last 8 columns wide), 96 (m 128 x n 11984: 125 tiles, the last 80 wide); and the 64 x 128 tiles
-# split to fill one round: in two (m 100 x n 3000: 48 tiles, where the one-group swapped tiles do
-# not fit) and in four at long k (m 72 x n 1544 x k 12296: 193 k blocks, 26 tiles). Every
-# variant, as above.
-DECODE_SHAPES = {"narrow-48": (120, 6104, 1000), "narrow-64": (104, 8200, 1000),
-                 "narrow-96": (128, 11984, 1000), "pair-2": (100, 3000, 1000),
-                 "pair-4": (72, 1544, 12296)}
+# Decode batches of 65-128 rows (gemm.h's SwapOne, NarrowN and PairSplits on 132 SMs): plain
+# 128 x n tiles, n the widest of 96 / 64 / 48 whose one round fills the SMs: 48 (m 120 x n 6104:
+# 128 tiles, the last 8 columns wide; element stores; and m 72, where the a box is 72 rows and
+# the second consumer group's rows 8-63 lie past a's end), 64 (m 104 x n 7112: 112 tiles, TMA
+# stores, the last 8 columns wide), 96 (m 128 x n 11984: 125 tiles, the last 80 wide); the 64 x
+# 128 tiles split to fill one round: in two (m 100 x n 3000: 48 tiles, where the one-group swapped
+# tiles do not fit) and in four at long k (m 72 x n 1544 x k 12296: 193 k blocks, 26 tiles); the
+# unclustered swapped tiles of 64 weight rows by 128 rows of a where their tiles number about the
+# SMs: 129 of them (m 100 x n 8200, a b box of 104 rows) and 141 with stream-K spreading the last
+# ones (m 72 x n 9000 x k 2056). Every variant, as above.
+DECODE_SHAPES = {"narrow-48": (120, 6104, 1000), "narrow-48-m72": (72, 6104, 1000),
+                 "narrow-64": (104, 7112, 1000), "narrow-96": (128, 11984, 1000),
+                 "pair-2": (100, 3000, 1000), "pair-4": (72, 1544, 12296),
+                 "swapone-whole": (100, 8200, 1000), "swapone-sk": (72, 9000, 2056)}
 
 
 # The four tile families above, one test: each shape's id is its family and key ("sized-80",
@@ -743,6 +747,8 @@ def test_mid_shapes_reach_their_tiles():
                    for name, shape in DECODE_SHAPES.items() if name.startswith("narrow")},
                 **{shape: ("small", 64, 128, int(name.split("-")[1]))
                    for name, shape in DECODE_SHAPES.items() if name.startswith("pair")},
+                **{shape: ("swap-one", 128, 64, 1)
+                   for name, shape in DECODE_SHAPES.items() if name.startswith("swapone")},
                 **{shape: ("swap-half", int(name.split("-")[0]), 64,
                            2 if name.endswith("split") else 1)
                    for name, shape in HALF_SHAPES.items()},

@@ -104,6 +104,13 @@ struct Geometry {
 // of the SMs a block; otherwise enough that they do (at most one per key tile). Fewer,
 // longer blocks beat more, shorter ones: H100, bf16 decode of batch 1 over 32768 keys (GQA 32/8,
 // 8 query tiles): 16 splits (one block per SM) 58.2 us, 33 (two per SM) 62.5, 66 81.2, 132 113.0.
+// Then, where that gives one wave of the wide tile (head_dim 128; Attention), twice the splits
+// when each block keeps at least 2048 keys (4096 where the call was not split: the merge kernel
+// it adds), so that the four-warp tile runs two blocks per SM (H200, benchmarks/decode_probe.cu
+// PROBE_SET=wave, GPU-91cfa4ff, bf16 GQA 32/8, pages of 16, us, the wide tile -> twice the splits:
+// batch 16 over 16384 keys 260.3 -> 250.3, 8 over 32768 263.7 -> 250.8, 4 over 32768 137.7 ->
+// 130.6, 8 over 8192 73.8 -> 70.6; with fewer keys a block it did not pay: 16 over 4096 70.5 ->
+// 70.7, 16 over 2048 38.4 -> 40.4, 1 over 8192 13.9 -> 14.5, 1 over 32768 41.3 -> 41.0).
 inline cudaError_t PlanSplits(const Geometry& g, int32_t* splits) {
   *splits = 1;
   if (g.batch <= 0 || g.num_kv_heads <= 0 || g.total_q <= 0) return cudaSuccess;
@@ -115,13 +122,23 @@ inline cudaError_t PlanSplits(const Geometry& g, int32_t* splits) {
     using Tl = decltype(tile);
     const int64_t want = (9 * static_cast<int64_t>(props.sm_count) + 9) / 10;
     const int64_t blocks = g.batch * ((rows + Tl::kRows - 1) / Tl::kRows) * g.num_kv_heads;
-    if (blocks >= want) return cudaSuccess;
     const int64_t kv_tiles = std::max<int64_t>(1, (g.kv_len + Tl::kTileKv - 1) / Tl::kTileKv);
-    // as many splits as keep every block in one wave (8 tiles: 16 splits, 128 blocks, not 15 and
-    // 120), else the fewest that reach 90%
-    const int64_t fit = props.sm_count / blocks;
-    const int64_t s = blocks * fit >= want ? fit : (want + blocks - 1) / blocks;
-    *splits = static_cast<int32_t>(std::min<int64_t>({s, kv_tiles, 1024}));
+    int64_t s = 1;
+    if (blocks < want) {
+      // as many splits as keep every block in one wave (8 tiles: 16 splits, 128 blocks, not 15
+      // and 120), else the fewest that reach 90%
+      const int64_t fit = props.sm_count / blocks;
+      s = std::min<int64_t>({blocks * fit >= want ? fit : (want + blocks - 1) / blocks, kv_tiles,
+                             1024});
+    }
+    const bool wide = g.head_dim == 128 && ChooseShape(g.head_dim, rows) == TileShape::kDecode &&
+                      blocks * s <= props.sm_count &&
+                      DecodeWideTile<128>::kSmemBytes <= props.smem_optin;
+    if (wide && 2 * blocks * s > props.sm_count && 2 * s <= std::min<int64_t>(kv_tiles, 1024) &&
+        g.kv_len >= 2 * s * (s > 1 ? 2048 : 4096)) {
+      s *= 2;
+    }
+    *splits = static_cast<int32_t>(s);
     return cudaSuccess;
   });
 }

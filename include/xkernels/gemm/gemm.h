@@ -60,9 +60,9 @@ using Sm80Small = Sm80Tile<16, 128, 1, 4, 4>;   // m <= 16: decode
 // 1216-1293 -> 1251-1293, block 887-902 -> 871-876) keeps single blocks.
 template <typename T>
 using Sm90Large = Sm90Tile<T, 2, 256, 4, false, sizeof(T) == 2 ? 2 : 1>;
-// 64 < m <= 128 where no decode rule below takes it (NarrowN, PairSplits, SwapHalfPlan), and m
-// of 129-256 at long k where MidPair takes it (split in two), or where TileGrid does: 128 x 128
-// tiles, twice Sm90Large's count, so that a batch of decode tokens
+// 64 < m <= 128 where no decode rule below takes it (SwapOne, NarrowN, PairSplits, SwapHalfPlan),
+// and m of 129-256 at long k where MidPair takes it (split in two), or where TileGrid does: 128 x
+// 128 tiles, twice Sm90Large's count, so that a batch of decode tokens
 // spreads the weight reads over more SMs with fewer k splits (H100, m 128, Llama 3 8B's layer:
 // 128 x 256 tiles took 213 us over its four GEMMs, cuBLAS 177)
 template <typename T>
@@ -132,13 +132,19 @@ using SwapHalfSizes = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 
 using SwapHalfSizes8 = std::integer_sequence<int, 48, 64, 80, 96, 112, 128, 144, 160, 192>;
 template <typename T, int kN>
 using Sm90SwapHalf = Sm90Tile<T, 1, kN, SwapHalfStages(kN), false, 2, false, true, true>;
-// 16-bit m of 97-128 (outputs of the inputs' type, not gated, k under 192 blocks) where 128 x 128
+// 16-bit m of 65-128 (outputs of the inputs' type, not gated, k under 192 blocks) where 128 x 128
 // tiles fill few SMs in one round: plain 128 x kN tiles (two consumer groups, unclustered, 8
 // stages), kN the widest of 96, 64 and 48 whose grid is one round of at least 80% of the SMs (90%
 // for 48). NarrowN says where, with what it measured.
 using NarrowSizes = std::integer_sequence<int, 96, 64, 48>;
 template <typename T, int kN>
 using Sm90Narrow = Sm90Tile<T, 2, kN, 8, false, 1>;
+// 16-bit m of 65-128 (outputs of the inputs' type, not gated) whose weights span about one round
+// of 64-row tiles: operands swapped, one consumer group, 64 weight rows by 128 rows of a,
+// unclustered (Sm90SwapHalf's 128-row tile without the cluster), stream-K over a grid a little
+// past the SMs. SwapOne says where, with what it measured.
+template <typename T>
+using Sm90SwapOne = Sm90Tile<T, 1, 128, SwapHalfStages(128), false, 1, false, true>;
 // block scales, m > 128: 128 x 256 tiles whose accumulators stay divided by the current k
 // block's scales, the wgmmas adding each block's product to them directly and one 128-column half
 // rescaled while the other half's product runs (sm90.h; H100, same-process A/B: 8192^3 898 ->
@@ -165,7 +171,8 @@ enum class Kernel {
   kSm90SwapSized,
   kSm90SwapHalf,
   kSm90Wide144,
-  kSm90Narrow
+  kSm90Narrow,
+  kSm90SwapOne
 };
 
 // The rows of a per tile of Sm90SwapSized for p on `sms` SMs, or 0 where those tiles are not
@@ -260,12 +267,23 @@ inline int SwapHalfN(const Params& p, int sms) { return SwapHalfPlan(p, sms).row
 // where the one-group swapped tiles (SwapHalfPlan) and 128 x 128 tiles leave SMs idle. Fitted on
 // the H200 (132 SMs; gemm_ab AB_SET=gap11 and gap12, weights rotating, two runs; us, the dispatch
 // before -> the rule, cuBLAS; GPU-ff4dd829, GPU-e06891ba), not measured on the H100:
-// - NarrowN: Sm90Narrow's width (0: not taken) for m 97-128 and k under 192 blocks: 128 x 6144 x
-//   4096 24.6 -> 19.6 (128 x 48; cuBLAS 17.8), 128 x 8192 x 4096 27.4 -> 23.0 (128 x 64; 22.1),
-//   x 8192 x 8192 55.6 -> 44.1 (39.5), 128 x 12288 x 4096 36.4 -> 32.9 (128 x 96; 31.0), 128 x
-//   10240 x 8192 (81% of the SMs) 64.6 -> 56.9 (50.4). Not taken: m 96 (a quarter of each tile
-//   empty: 96 x 6144 x 4096 23.9 -> 26.9, x 8192 x 4096 25.9 -> 29.1), k of 192 blocks or more
-//   (128 x 8192 x 28672 137.3 -> 145.9), 128 x 48 tiles on 81% (128 x 5120 x 4096 20.0 -> 20.8).
+// - SwapOne: Sm90SwapOne where the weights' 64-row tiles number 90-110% of the SMs (n about 8192
+//   on 132): gemm_ab AB_SET=gap16 and gap17 (with sm90.h's short boxes; GPU-91cfa4ff, two runs),
+//   the dispatch -> these tiles, cuBLAS: 128 x 8192 x 4096 23.6 -> 22.4 (22.3), 128 / 100 / 72 x
+//   8192 x 8192 46.6 / 45.4 / 54.0 -> 42.9 / 40.7 / 38.4 (41.1 / 41.2 / 37.0), 128 / 100 x 8192 x
+//   14336 74.5 / 71.5 -> 69.1 / 65.7 (66.8 / 72.7), 100 / 72 x 8192 x 28672 130.2 / 125.0 ->
+//   124.8 / 120.4 (132.5 / 138.7), 128 / 100 x 9216 x 4096 (144 tiles, stream-K) 33.4 / 32.7 ->
+//   27.8 / 26.6 (24.5 / 25.6). Not taken: 80-112 tiles (n 5120-7168: 128 x 7168 x 4096 22.4 ->
+//   24.1, 128 x 5120 x 8192 32.3 -> 34.0) and 160 or more (128 x 10240 x 8192 57.7 -> 60.1).
+// - NarrowN: Sm90Narrow's width (0: not taken) for k under 192 blocks: 128 x 6144 x 4096 24.6 ->
+//   19.6 (128 x 48; cuBLAS 17.8), 128 x 8192 x 4096 27.4 -> 23.0 (128 x 64, until SwapOne took n
+//   8192; 22.1), x 8192 x 8192 55.6 -> 44.1 (39.5), 128 x 12288 x 4096 36.4 -> 32.9 (128 x 96;
+//   31.0), 128 x 10240 x 8192 (81% of the SMs) 64.6 -> 56.9 (50.4). At first m 97-128 only: at m 96
+//   the tiles ran a quarter slower than at 128 (96 x 6144 x 4096 26.9 against 19.6), which was
+//   their a box reaching past a's end; with short boxes the same tiles run 72 x 6144 x 4096 at 19.3
+//   where the dispatch took 24.1 (cuBLAS 17.2; gap17), so m 65-96 takes them too. Not taken: k of
+//   192 blocks or more (128 x 8192 x 28672 137.3 -> 145.9), 128 x 48 tiles on 81% (128 x 5120 x
+//   4096 20.0 -> 20.8).
 // - PairSplits: Sm90Small's 64 x 128 tiles (two rows of them) split s = 2-4 ways, where the
 //   tiles t fit one round s times over (s the most, at most 4) on at least 70% of the SMs, with k
 //   of 192 blocks or more or where SwapHalfPlan does not take the shape (0: not taken): 96 / 128 x
@@ -278,8 +296,12 @@ inline bool DecodeRule(const Params& p) {
   return p.act < 0 && p.in_type != Elem::kE4M3 && p.out_type == p.in_type && p.m > 64 &&
          p.m <= 128;
 }
+inline bool SwapOne(const Params& p, int sms) {
+  const int64_t tiles = ceil_div<int64_t>(p.n, 64);
+  return DecodeRule(p) && 10 * tiles >= int64_t{sms} * 9 && 10 * tiles <= int64_t{sms} * 11;
+}
 inline int NarrowN(const Params& p, int sms) {
-  if (!DecodeRule(p) || p.m <= 96 || ceil_div<int64_t>(p.k, 64) >= 192) return 0;
+  if (!DecodeRule(p) || ceil_div<int64_t>(p.k, 64) >= 192) return 0;
   for (const int n : SizeList(NarrowSizes{})) {
     const int64_t tiles = ceil_div<int64_t>(p.n, n);
     if (tiles <= sms && tiles * 10 >= int64_t{sms} * (n == 48 ? 9 : 8)) return n;
@@ -416,6 +438,7 @@ inline Kernel Choose(const Params& p, int cc_major, int sms) {
                     p.in_type == Elem::kE4M3;
   if (sm90) {
     if (p.m <= 64) return Kernel::kSm90Small;
+    if (SwapOne(p, sms)) return Kernel::kSm90SwapOne;
     if (NarrowN(p, sms) > 0) return Kernel::kSm90Narrow;
     if (PairSplits(p, sms) > 0) return Kernel::kSm90Small;
     if (MidPair(p, sms)) return Kernel::kSm90Mid;
@@ -467,6 +490,9 @@ inline void TileDims(const Params& p, Kernel k, int sms, int* bm, int* bn) {
     case Kernel::kSm90Narrow:
       *bm = 128, *bn = NarrowN(p, sms);
       return;
+    case Kernel::kSm90SwapOne:
+      *bm = 128, *bn = 64;
+      return;
     case Kernel::kSm90Swap192:  // (the output's rows x columns; the kernel's are swapped)
       *bm = 192, *bn = 128;
       return;
@@ -501,10 +527,11 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   one.splits = 1;
   if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
-  // the 64-row tiles of m > 128, the sized swapped ones, the 128 x 144 ones and the narrow ones
-  // are chosen for their rounds unsplit
+  // the 64-row tiles of m > 128, the sized swapped ones, the 128 x 144 ones, the narrow ones and
+  // the unclustered swapped ones are chosen for their rounds unsplit
   if (kernel == Kernel::kSm90Slim || kernel == Kernel::kSm90SwapSized ||
-      kernel == Kernel::kSm90Wide144 || kernel == Kernel::kSm90Narrow) {
+      kernel == Kernel::kSm90Wide144 || kernel == Kernel::kSm90Narrow ||
+      kernel == Kernel::kSm90SwapOne) {
     return cudaSuccess;
   }
   if (kernel == Kernel::kSm90Small && p.m > 64) {  // (Choose took it for PairSplits)
@@ -586,15 +613,17 @@ inline bool GatedWhole(const Params& p, Kernel kernel) {
 }
 
 // Floats of the stream-K area that an unsplit call of the 128-row sm90 tiles (128 x 256, 128 x 128
-// for m > 128, swapped 128 x 192) takes on a device of `sms` SMs, or 0: a partial tile's slot per
-// block (the tile's floats) and a 64-bit ready flag per block after them. The launcher decides per
-// call whether the last units are spread (sm90.h, StreamKUnits); the plan reserves the area
-// whenever it may.
+// for m > 128, swapped 128 x 192, SwapOne's swapped 64 x 128) takes on a device of `sms` SMs, or
+// 0: a partial tile's slot per block (the tile's floats) and a 64-bit ready flag per block after
+// them. The launcher decides per call whether the last units are spread (sm90.h, StreamKUnits);
+// the plan reserves the area whenever it may.
 inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
   // 128 x 128 tiles for m > 128 only where they run more than one round (spreading all of one
   // round lost: H100, bf16, 129 x 6144 x 4096 26.8 -> 31.9 us), decode sizes never
   const bool mid = kernel == Kernel::kSm90Mid && p.m > 128;
-  if ((kernel != Kernel::kSm90Large && kernel != Kernel::kSm90Swap192 && !mid) || p.splits != 1 ||
+  if ((kernel != Kernel::kSm90Large && kernel != Kernel::kSm90Swap192 &&
+       kernel != Kernel::kSm90SwapOne && !mid) ||
+      p.splits != 1 ||
       p.partials_only || p.k <= 0 || GatedWhole(p, kernel)) {
     return 0;
   }
@@ -678,6 +707,13 @@ cudaError_t GemmTiles(const Params& p, cudaStream_t stream, const DeviceProps& p
       case Kernel::kSm90Narrow:
         XK_CUDA_TRY((LaunchRowsOf<Sm90Narrow, T, Out>(NarrowN(q, props.sm_count), q, stream,
                                                       props, NarrowSizes{})));
+        break;
+      case Kernel::kSm90SwapOne:  // (16-bit outputs of the inputs' type only: DecodeRule)
+        if constexpr (std::is_same_v<Out, T>) {
+          XK_CUDA_TRY((LaunchSm90<Sm90SwapOne<T>, Out>(q, stream, props)));
+        } else {
+          return cudaErrorInvalidValue;
+        }
         break;
       case Kernel::kSm90Small:
         XK_CUDA_TRY((LaunchSm90<Sm90Small<T>, Out>(q, stream, props)));

@@ -76,6 +76,11 @@ struct Params {
   // The sm90 tiles' last row of tiles loads its a box ending at row m (sm90.h, Unit); false only
   // for A/B probes of the box past m.
   bool shift_last_rows = true;
+  // Where a or b has fewer rows than the sm90 tile's side of it (m < 128 on 128-row tiles: a
+  // decode batch), its TMA box covers only those rows (rounded up to 8) instead of reaching past
+  // the tensor's end (sm90.h, LaunchSm90); false only for A/B probes of the long box.
+  bool short_boxes = true;
+  int32_t stage_tx = 0;  // (the sm90 launcher's: the bytes one stage's loads bring)
 };
 
 // Floats of workspace a call with `splits` needs.

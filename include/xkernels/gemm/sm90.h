@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(Tl::kThreads, 1)
           const uint32_t full = full0 + 8 * stage;
           const uint32_t sa = s_base + stage * Tl::kStageBytes;
           const int k0 = (w.kb_begin + kb) * Tl::kBK;
-          tma::mbar_arrive_expect_tx(full, Tl::kStageBytes);
+          tma::mbar_arrive_expect_tx(full, p.stage_tx);
           if constexpr (Tl::kShareA) {
             // this block's share of a: rows rank * kBM / kCluster .. of the tile, into every block
             constexpr int kRows = Tl::kBM / kCluster;
@@ -946,14 +946,23 @@ cudaError_t LaunchSm90(const Params& p_in, cudaStream_t stream, const DeviceProp
                                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   constexpr int kElem = static_cast<int>(sizeof(T));
   CUtensorMap map_a, map_b, map_c;
-  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda,
-                                     Tl::kShareA ? Tl::kBM / Tl::kCluster : Tl::kBM, Tl::kBK));
-  // b's box: the rows one load brings (a gated tile loads its halves apart); a gated b has 2n rows
+  // The boxes: the rows one load brings (a multicast share, a gated tile's half of b), and where
+  // a tensor has fewer rows than the tile and its box is not shared, only those rows (rounded up
+  // to the swizzle's 8): a box reaching past the tensor's end ran slower than a whole one (H200,
+  // gemm_ab AB_SET=gap16: m 100 on 128 x 64 tiles, 100 x 8192 x 8192, 56.5 us against 44.7 at m
+  // 128). The rows past the box keep a previous stage's values: they only feed accumulator rows
+  // (a) or columns (b) past the tensor, which no store writes.
+  int a_box = Tl::kShareA ? Tl::kBM / Tl::kCluster : Tl::kBM;
+  int b_box = kGated ? Tl::kBN / 2 : Tl::kShareA ? Tl::kBN : Tl::kBN / Tl::kCluster;
+  int a_rows = Tl::kBM, b_rows = Tl::kBN;  // rows a stage receives
+  if (p.short_boxes && !Tl::kShareA && p.m < Tl::kBM) a_box = a_rows = (p.m + 7) / 8 * 8;
+  if (p.short_boxes && !kGated && (Tl::kShareA || Tl::kCluster == 1) && p.n < Tl::kBN) {
+    b_box = b_rows = (p.n + 7) / 8 * 8;
+  }
+  p.stage_tx = (a_rows + b_rows) * 128;
+  XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_a, p.a, type, kElem, p.m, p.k, p.lda, a_box, Tl::kBK));
   XK_CUDA_TRY(tma::EncodeTensorMap2d(&map_b, p.b, type, kElem, kGated ? 2 * p.n : p.n, p.k, p.ldb,
-                                     kGated        ? Tl::kBN / 2
-                                     : Tl::kShareA ? Tl::kBN
-                                                   : Tl::kBN / Tl::kCluster,
-                                     Tl::kBK));
+                                     b_box, Tl::kBK));
   // 16-bit outputs leave by TMA where out's base and pitch allow it (16-byte aligned)
   bool tma_store = false;
   if constexpr (sizeof(Out) == 2) {
