@@ -34,14 +34,6 @@ __global__ void FillRandom(T* x, int64_t n, uint64_t seed) {  // ~ uniform [-2, 
   }
 }
 
-__global__ void MaxDiff(const T* a, const T* b, int64_t n, float* out) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
-  }
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
-}
-
 using Launch = cudaError_t (*)(const Params&, cudaStream_t, const DeviceProps&);
 
 template <class Tl, attention::Sm90Grid kHow = attention::Sm90Grid::kBlockPerTile>
@@ -86,13 +78,8 @@ int main() {
                           {1, 16384, 32, 8, 128}, {2, 2048, 32, 8, 128},  {8, 1024, 32, 8, 64},
                           {4, 8192, 32, 8, 128},  {1, 16384, 16, 16, 64}, {4, 2048, 32, 8, 64},
                           {8, 1000, 32, 8, 64},   {16, 500, 32, 8, 64},   {8, 1000, 32, 8, 128}};
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  float* diff;
-  CHECK(cudaMalloc(&diff, sizeof(float)));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
+  ProbeRig rig;
+  const cudaStream_t stream = rig.stream;
   for (const Shape& sh : shapes) {
     if (std::getenv("PROBE_D") != nullptr && sh.d != std::atoi(std::getenv("PROBE_D"))) continue;
     const int64_t nq = int64_t{sh.b} * sh.s * sh.hq * sh.d,
@@ -119,27 +106,17 @@ int main() {
       p.causal = causal;
       const double flops = 4.0 * sh.b * sh.s * sh.s * sh.hq * sh.d / (causal ? 2 : 1);
       float err[kVersions] = {};
-      cudaGraphExec_t graphs[kVersions];
-      const int calls = 20;  // per graph
       const int nver = std::getenv("PROBE_SM80") ? 1 : kVersions;  // the cp.async kernel alone
+      std::vector<cudaGraphExec_t> graphs(nver);
+      const int calls = 20;  // per graph
       for (int vi = 0; vi < nver; ++vi) {
         const Launch f = sh.d == 128 ? versions[vi].d128 : versions[vi].d64;
         p.out = vi == 0 ? ref : out;
         CHECK(cudaMemsetAsync(p.out, 0xFF, nq * 2, stream));  // poison: NaN
         CHECK(f(p, stream, props));
         CHECK(cudaStreamSynchronize(stream));
-        if (vi > 0) {
-          CHECK(cudaMemset(diff, 0, sizeof(float)));
-          MaxDiff<<<1024, 256>>>(ref, out, nq, diff);
-          CHECK(cudaMemcpy(&err[vi], diff, sizeof(float), cudaMemcpyDeviceToHost));
-        }
-        cudaGraph_t g;
-        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        for (int r = 0; r < calls; ++r) CHECK(f(p, stream, props));
-        CHECK(cudaStreamEndCapture(stream, &g));
-        CHECK(cudaGraphInstantiate(&graphs[vi], g, 0));
-        CHECK(cudaGraphDestroy(g));
-        CHECK(cudaGraphLaunch(graphs[vi], stream));  // warm-up
+        if (vi > 0) err[vi] = rig.MaxDiff(out, ref, nq);
+        graphs[vi] = rig.Capture(calls, [&](cudaStream_t st) { return f(p, st, props); });
       }
       if (std::getenv("PROBE_SM80")) {  // the output's bits, to compare builds
         std::vector<uint16_t> h(nq);
@@ -149,38 +126,15 @@ int main() {
         std::printf("b=%d s=%d hq=%d hkv=%d d=%d causal=%d output hash %016llx\n", sh.b, sh.s,
                     sh.hq, sh.hkv, sh.d, causal, static_cast<unsigned long long>(x));
       }
-      std::vector<float> us[kVersions];
       const int kRounds = std::getenv("PROBE_ROUNDS") ? std::atoi(std::getenv("PROBE_ROUNDS")) : 8;
-      std::vector<int> order(kVersions);
-      std::mt19937 rng(12345);
-      for (int n = 0; n < kVersions; ++n) order[n] = n;
-      order.resize(nver);
-      for (int round = 0; round < kRounds; ++round) {  // versions interleaved: clocks drift alike
-        for (int n = nver - 1; n > 0; --n) {  // shuffled: no version always follows another
-          std::swap(order[n], order[rng() % (n + 1)]);
-        }
-        for (int n = 0; n < nver; ++n) {
-          const int vi = order[n];
-          for (int r = 0; r < 2; ++r) {
-            CHECK(cudaEventRecord(e0, stream));
-            CHECK(cudaGraphLaunch(graphs[vi], stream));
-            CHECK(cudaEventRecord(e1, stream));
-            CHECK(cudaEventSynchronize(e1));
-            float ms = 0.f;
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            us[vi].push_back(ms * 1e3f / calls);
-          }
-        }
-      }
+      const std::vector<float> us = rig.Medians(graphs, calls, kRounds);
       for (int vi = 0; vi < nver; ++vi) {
-        std::sort(us[vi].begin(), us[vi].end());
-        const float t = us[vi][us[vi].size() / 2];
+        const float t = us[vi];
         std::printf(
             "b=%d s=%d hq=%d hkv=%d d=%d causal=%d  %-32s %8.1f us %7.1f TFLOP/s  "
             "max|diff| %.4g\n",
             sh.b, sh.s, sh.hq, sh.hkv, sh.d, causal, versions[vi].name, t, flops / t / 1e6,
             err[vi]);
-        CHECK(cudaGraphExecDestroy(graphs[vi]));
       }
     }
     CHECK(cudaFree(q));

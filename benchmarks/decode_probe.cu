@@ -29,15 +29,6 @@ using attention::Params;
 using attention::Tile;
 using T = __nv_bfloat16;
 
-__global__ void MaxDiff(const T* a, const T* b, int64_t n, float* out) {
-  float m = 0.f;
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
-    m = fmaxf(m, x == x ? fabsf(x - y) : 1e30f);
-  }
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
-}
-
 using Launch = cudaError_t (*)(Params, cudaStream_t, const DeviceProps&);
 
 // The tile Tl over p.num_splits splits (set by the caller), merged when split.
@@ -132,13 +123,8 @@ int main() {
     shapes = {{1, 32768}, {2, 16384}, {4, 8192}, {8, 8192}, {12, 8192}, {16, 4096},
               {16, 16384}, {8, 32768}, {4, 32768}, {1, 8192}, {16, 2048}};
   }
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  float* diff;
-  CHECK(cudaMalloc(&diff, sizeof(float)));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
+  ProbeRig rig;
+  const cudaStream_t stream = rig.stream;
   for (const Shape& sh : shapes) {
     if (std::getenv("PROBE_B") != nullptr && sh.b != std::atoi(std::getenv("PROBE_B"))) continue;
     const int pages_per = sh.kv / kPage, pages = sh.b * pages_per;
@@ -198,44 +184,14 @@ int main() {
       CHECK(cudaMemsetAsync(pv.out, 0xFF, nq * 2, stream));  // poison: NaN
       CHECK(vs[vi].f(pv, stream, props));
       CHECK(cudaStreamSynchronize(stream));
-      if (vi > 0) {
-        CHECK(cudaMemset(diff, 0, sizeof(float)));
-        MaxDiff<<<1024, 256>>>(out, ref, nq, diff);
-        CHECK(cudaMemcpy(&err[vi], diff, sizeof(float), cudaMemcpyDeviceToHost));
-      }
-      cudaGraph_t g;
-      CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      for (int r = 0; r < calls; ++r) CHECK(vs[vi].f(pv, stream, props));
-      CHECK(cudaStreamEndCapture(stream, &g));
-      CHECK(cudaGraphInstantiate(&graphs[vi], g, 0));
-      CHECK(cudaGraphDestroy(g));
-      CHECK(cudaGraphLaunch(graphs[vi], stream));  // warm-up
+      if (vi > 0) err[vi] = rig.MaxDiff(out, ref, nq);
+      graphs[vi] = rig.Capture(calls, [&](cudaStream_t s) { return vs[vi].f(pv, s, props); });
     }
-    std::vector<std::vector<float>> us(nv);
-    std::vector<int> order(nv);
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937 rng(12345);
-    for (int round = 0; round < 8; ++round) {
-      std::shuffle(order.begin(), order.end(), rng);
-      for (int vi : order) {
-        for (int r = 0; r < 2; ++r) {
-          CHECK(cudaEventRecord(e0, stream));
-          CHECK(cudaGraphLaunch(graphs[vi], stream));
-          CHECK(cudaEventRecord(e1, stream));
-          CHECK(cudaEventSynchronize(e1));
-          float ms = 0.f;
-          CHECK(cudaEventElapsedTime(&ms, e0, e1));
-          us[vi].push_back(ms * 1e3f / calls);
-        }
-      }
-    }
+    const std::vector<float> us = rig.Medians(graphs, calls, 8);
     std::printf("b %3d kv %5d (plan: %d splits):", sh.b, sh.kv, plan);
     for (int vi = 0; vi < nv; ++vi) {
-      std::sort(us[vi].begin(), us[vi].end());
-      const float t = us[vi][us[vi].size() / 2];
-      std::printf("  %s %.1f us %.0f GB/s%s", vs[vi].name.c_str(), t, bytes / t / 1e3,
+      std::printf("  %s %.1f us %.0f GB/s%s", vs[vi].name.c_str(), us[vi], bytes / us[vi] / 1e3,
                   err[vi] > 2e-2f ? " DIFF" : "");
-      CHECK(cudaGraphExecDestroy(graphs[vi]));
     }
     std::printf("\n");
     for (void* x : std::vector<void*>{q, k, v, ref, out, ws, indptr, indices, last}) {
