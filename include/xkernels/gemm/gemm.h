@@ -623,8 +623,7 @@ inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
   const bool mid = kernel == Kernel::kSm90Mid && p.m > 128;
   if ((kernel != Kernel::kSm90Large && kernel != Kernel::kSm90Swap192 &&
        kernel != Kernel::kSm90SwapOne && !mid) ||
-      p.splits != 1 ||
-      p.partials_only || p.k <= 0 || GatedWhole(p, kernel)) {
+      p.splits != 1 || p.partials_only || p.k <= 0 || GatedWhole(p, kernel)) {
     return 0;
   }
   int bm = 0, bn = 0;
