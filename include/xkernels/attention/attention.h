@@ -114,12 +114,9 @@ cudaError_t Attention(const Params& p, cudaStream_t stream) {
   }
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   TileShape shape = ChooseShape(p.head_dim, RowsPerRequest(p.total_q, p.batch, group));
-  if (shape == TileShape::kDecode && p.head_dim == 128) {  // one wave of blocks: the wide tile
-    const int64_t tiles = QueryTiles(p, DecodeTile<128>::kRows);
-    if (tiles * p.num_kv_heads * p.num_splits <= props.sm_count &&
-        DecodeWideTile<128>::kSmemBytes <= props.smem_optin) {
-      shape = TileShape::kDecodeWide;
-    }
+  if (WideDecode(p.head_dim, shape,
+                 QueryTiles(p, DecodeTile<128>::kRows) * p.num_kv_heads * p.num_splits, props)) {
+    shape = TileShape::kDecodeWide;  // one wave of blocks
   }
   XK_CUDA_TRY(DispatchTile(p.head_dim, shape, [&](auto tile) {
     return LaunchTile<decltype(tile), T>(p, stream, props);

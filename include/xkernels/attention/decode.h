@@ -94,6 +94,15 @@ cudaError_t PreparedKernel(void (**kernel)(Params)) {
   return SmemOptIn<AttentionKernel<Tl, T, kGeneric>>(Tl::kSmemBytes, kernel);
 }
 
+// Whether a call of `shape` whose grid is `blocks` thread blocks (query tiles x kv heads x
+// splits) takes the wide decode tile: head_dim 128, and one wave of one block per SM where that
+// tile's shared memory fits (the dispatcher in attention.h, and PlanSplits below).
+inline bool WideDecode(int64_t head_dim, TileShape shape, int64_t blocks,
+                       const DeviceProps& props) {
+  return shape == TileShape::kDecode && head_dim == 128 && blocks <= props.sm_count &&
+         DecodeWideTile<128>::kSmemBytes <= props.smem_optin;
+}
+
 // What the split decision depends on, from shapes alone (so that it needs no device memory).
 struct Geometry {
   int64_t batch, total_q, num_qo_heads, num_kv_heads, head_dim;
@@ -131,10 +140,8 @@ inline cudaError_t PlanSplits(const Geometry& g, int32_t* splits) {
       s = std::min<int64_t>({blocks * fit >= want ? fit : (want + blocks - 1) / blocks, kv_tiles,
                              1024});
     }
-    const bool wide = g.head_dim == 128 && ChooseShape(g.head_dim, rows) == TileShape::kDecode &&
-                      blocks * s <= props.sm_count &&
-                      DecodeWideTile<128>::kSmemBytes <= props.smem_optin;
-    if (wide && 2 * blocks * s > props.sm_count && 2 * s <= std::min<int64_t>(kv_tiles, 1024) &&
+    if (WideDecode(g.head_dim, ChooseShape(g.head_dim, rows), blocks * s, props) &&
+        2 * blocks * s > props.sm_count && 2 * s <= std::min<int64_t>(kv_tiles, 1024) &&
         g.kv_len >= 2 * s * (s > 1 ? 2048 : 4096)) {
       s *= 2;
     }

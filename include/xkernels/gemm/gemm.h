@@ -292,10 +292,11 @@ inline int SwapHalfN(const Params& p, int sms) { return SwapHalfPlan(p, sms).row
 //   13.4 (s 2; 13.1 / 11.4). Not taken: 4096 x 8192 (level: 25.2 / 25.6 -> 24.9 / 25.4) and x 4096
 //   (128 x 4096 x 4096 14.1 -> 15.4), where the swapped tiles run; t past half the SMs (96 x 5120
 //   x 4096 19.4 -> 22.6 unsplit).
-inline bool DecodeRule(const Params& p) {
-  return p.act < 0 && p.in_type != Elem::kE4M3 && p.out_type == p.in_type && p.m > 64 &&
-         p.m <= 128;
+// 16-bit inputs, outputs of their type, not gated: what the H200-fitted rules below take.
+inline bool PlainSixteenBit(const Params& p) {
+  return p.act < 0 && p.in_type != Elem::kE4M3 && p.out_type == p.in_type;
 }
+inline bool DecodeRule(const Params& p) { return PlainSixteenBit(p) && p.m > 64 && p.m <= 128; }
 inline bool SwapOne(const Params& p, int sms) {
   const int64_t tiles = ceil_div<int64_t>(p.n, 64);
   return DecodeRule(p) && 10 * tiles >= int64_t{sms} * 9 && 10 * tiles <= int64_t{sms} * 11;
@@ -328,8 +329,7 @@ inline int PairSplits(const Params& p, int sms) {
 // 50.0), 192 x 4096 x 14336 51.0 (48.2). On the H100 the two were level at 256 x 4096 x 14336
 // (57.3 -> 57.9 the other way).
 inline bool MidPair(const Params& p, int sms) {
-  if (p.act >= 0 || p.in_type == Elem::kE4M3 || p.out_type != p.in_type || p.m <= 128 ||
-      p.m > 256 || ceil_div<int64_t>(p.k, 64) < 192) {
+  if (!PlainSixteenBit(p) || p.m <= 128 || p.m > 256 || ceil_div<int64_t>(p.k, 64) < 192) {
     return false;
   }
   const int64_t t = ceil_div<int64_t>(p.m, 128) * ceil_div<int64_t>(p.n, 128);
