@@ -32,7 +32,9 @@
 // "mid/2", at m 192-256); gap16: the "u<n>" tiles at m 100 and 128 over 14 weight shapes; gap17:
 // m 8-128 with the TMA boxes past a's end ("long") against the short ones the dispatch takes, and
 // the plain 128 x 48 / 64 / 96 tiles ("w<n>", short boxes) at every m; gap18: m 8-64 on the
-// swapped one-group tiles of 48 and 64 rows of a ("u48", "u64").
+// swapped one-group tiles of 48 and 64 rows of a ("u48", "u64"); mg: m 1-64 over five weight
+// shapes on the bulk-copy GEMV (gemv.h) in several forms ("b<kA>k<kKC>"), the sm90 tiles
+// ("tiles") and cuBLAS; AB_DUMP=1: the first mismatches of a variant whose d passes 1e-2.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I include \
 //       benchmarks/gemm_ab.cu -o /tmp/gemm_ab -lcuda && /tmp/gemm_ab
@@ -194,6 +196,33 @@ constexpr int OneGroupStages(int n) {
   const int c = n % 64 != 0 ? 0 : (64 * n * 2 > 8192 ? 64 * n * 2 : 8192);
   const int st = (232448 - 1024 - c - 256) / (8192 + 128 * n);
   return st < 12 ? st : 12;
+}
+// The bulk-copy GEMV (gemv.h, GemvBulkKernel): kA 16-row tiles of b per group, kKC-long pieces
+// of its rows, as many stages (at most 8) as fit 225 KB with the warps' sums.
+constexpr int BulkStages(int a, int t, int kc) {
+  const int slot = 16 * a * (kc + 32) * 2, red = 8 * a * t * 4 * 32 * 4;
+  const int st = (225 * 1024 - red - 128) / slot;
+  return st < 8 ? st : 8;
+}
+template <int kA, int kKC>
+L GemvBulk(int blocks = 0) {
+  return [blocks](Params q) -> cudaError_t {
+    static DeviceProps props;
+    static const bool got = GetDeviceProps(&props) == cudaSuccess;
+    if (!got) return cudaErrorUnknown;
+    const int tiles = (q.m + 7) / 8;
+#define XK_BULK(T)                                                                               \
+  return gemm::LaunchGemvBulk<__nv_bfloat16, kA, T, kKC, BulkStages(kA, T, kKC)>(q, 0, props, \
+                                                                                blocks)
+    if (tiles <= 1) XK_BULK(1);
+    if (tiles <= 2) XK_BULK(2);
+    if constexpr (kA == 1) {
+      if (tiles <= 4) XK_BULK(4);
+      if (tiles <= 8) XK_BULK(8);
+    }
+#undef XK_BULK
+    return cudaErrorInvalidValue;
+  };
 }
 template <int... kN>
 void AddOneGroup(std::vector<std::pair<std::string, L>>& vs, float* ws, const DeviceProps& props,
@@ -423,6 +452,19 @@ int main() {
       }
     }
   }
+  if (set && std::string(set) == "mg") {  // m 1-64 on the bulk-copy GEMV (gemv.h)
+    // the swapped 64-row tiles run m 8-64 at about 3.7 TB/s (gap18) where the GEMV streams b at
+    // 4.3; GemvBulkKernel copies b's rows into shared memory in long runs, a's rows the mma's B
+    // fragments ("b<kA>k<kKC>": kA 16-row tiles of b per group, kKC-long pieces of its rows)
+    shapes.clear();
+    for (int m : {1, 2, 4, 8, 16, 24, 32, 48, 64}) {
+      for (auto nk : {std::pair<int, int>{8192, 8192}, {8192, 28672}, {6144, 4096}, {4096, 14336},
+                      {28672, 4096}}) {
+        shapes.push_back({m, nk.first, nk.second, Elem::kBF16, Scale::kNone});
+      }
+    }
+    for (int m : {1, 16, 64}) shapes.push_back({m, 14336, 4096, Elem::kBF16, Scale::kNone, 0});
+  }
   if (set && std::string(set) == "gap8") {  // e4m3 row-wise: the one-group swapped tiles forced
     shapes.clear();
     for (int m : {96, 128, 192, 256, 320, 384}) {
@@ -517,6 +559,31 @@ int main() {
                     q.workspace = ws;
                     return gemm::Gemm(q, 0);
                   }});
+    if (set && std::string(set) == "mg") {
+      vs.clear();
+      vs.push_back({"lib", [ws](Params q) {
+                      q.workspace = ws;
+                      CHECK(gemm::PlanSplits(q, &q.splits));
+                      return gemm::Gemm(q, 0);
+                    }});
+      static Cublas cublas;
+      if (cublas.gemm != nullptr && s.act < 0) {
+        vs.push_back({"cublas", [](Params q) { return cublas(q); }});
+      }
+      vs.push_back({"tiles", [ws](Params q) {  // the sm90 tiles m 2-8 took before
+                      q.workspace = ws;
+                      q.path = gemm::Path::kSm90;
+                      CHECK(gemm::PlanSplits(q, &q.splits));
+                      return gemm::Gemm(q, 0);
+                    }});
+      vs.push_back({"b1k512", GemvBulk<1, 512>()});
+      vs.push_back({"b1k1024", GemvBulk<1, 1024>()});
+      vs.push_back({"b1k2048", GemvBulk<1, 2048>()});
+      if (s.m <= 16) {
+        vs.push_back({"b2k512", GemvBulk<2, 512>()});
+        vs.push_back({"b2k1024", GemvBulk<2, 1024>()});
+      }
+    }
     if (set && std::string(set) == "mid2") {
       const int64_t w = ceil_div(s.n, 128);
       int64_t t = std::min<int64_t>(4, props.sm_count / w);
@@ -698,6 +765,7 @@ int main() {
       if (s.sc == Scale::kBlock) {
         vs.push_back({"b256", Direct<gemm::Sm90Tile<F8, 2, 256, 4, true>>(ws, props)});
       }
+    } else if (set && std::string(set) == "mg") {
     } else if (s.act >= 0) {
     } else if (s.in == Elem::kBF16) {
       vs.push_back({"sk+ord", Direct<gemm::Sm90Tile<B16, 2, 256, 4, false, 2, true>>(ws, props)});
@@ -731,6 +799,23 @@ int main() {
       float f;
       memcpy(&f, &h, 4);
       diffs.push_back(f);
+      if (std::getenv("AB_DUMP") != nullptr && f > 1e-2f) {  // the first mismatches, by place
+        std::vector<__nv_bfloat16> x(nout), y(nout);
+        CHECK(cudaMemcpy(x.data(), out, nout * 2, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(y.data(), ref, nout * 2, cudaMemcpyDeviceToHost));
+        int shown = 0, bad = 0;
+        for (int64_t e = 0; e < nout; ++e) {
+          const float u = __bfloat162float(x[e]), v = __bfloat162float(y[e]);
+          if (!(fabsf(u - v) <= 1e-2f * (fabsf(v) + 1.f))) {
+            ++bad;
+            if (shown++ < 12) {
+              printf("  %s: row %lld col %lld got %g want %g\n", vs[i].first.c_str(),
+                     (long long)(e / s.n), (long long)(e % s.n), u, v);
+            }
+          }
+        }
+        printf("  %s: %d of %lld differ\n", vs[i].first.c_str(), bad, (long long)nout);
+      }
     }
     cudaFree(ref);
     cudaFree(dmax);

@@ -3,7 +3,8 @@
 // e4m3": e4m3 inputs with row-wise scales, bf16 output), the kernel gemm::Choose takes on an
 // H100's 132 SMs and its tile (TileDims: output rows x columns), and SwapHalfPlan's split where
 // it takes the one-group swapped tiles (PairSplits' where it takes the 64-row tiles for m > 64),
-// as "name bm bn splits".
+// as "name bm bn splits"; "gemv-bulk 8 <rows of b in a group> 1" for shapes of the bulk-copy GEMV
+// (gemv.h).
 // So the GPU tests can say which tile each of their shapes reaches, and fail when a rule moves it.
 #include <cstdio>
 #include <string>
@@ -45,6 +46,10 @@ int main() {
     if (std::string(type) == "e4m3") {
       p.in_type = Elem::kE4M3;
       p.a_scale_kind = p.b_scale_kind = Scale::kRow;
+    }
+    if (UseGemvBulk(p, 9, kSms)) {  // (not one of Choose's tiles: rows of a, rows of b a group)
+      printf("gemv-bulk %d %d 1\n", kGemvBulkMaxRows, 16 * GemvBulkTiles(p.m));
+      continue;
     }
     const Kernel kernel = Choose(p, 9, kSms);
     int bm = 0, bn = 0;

@@ -1072,7 +1072,7 @@ def test_gemm_cases():
 
     full = bg.select_cases()
     labels = [c.label for c in full]
-    assert len(full) == 7 + 12 + 30 + 6 + 4 + 8 and len(set(labels)) == len(full)
+    assert len(full) == 7 + 14 + 30 + 6 + 5 + 8 and len(set(labels)) == len(full)
     for name in ("bfloat16 mm 8192x8192x8192", "float16 mm 8192x8192x8192",  # anchors.md's names
                  "float16 mm 4096x4096x4096", "float16 mm 16384x8192x2048",
                  "fp8e4m3 mm 8192x8192x8192 per-tensor", "fp8e4m3 mm 8192x8192x8192 rowwise",
@@ -1082,7 +1082,8 @@ def test_gemm_cases():
     decode = [c for c in full if c.decode]
     assert {(c.m, c.n, c.k, c.dtype, c.scaling) for c in decode} == {
         (m, 8192, k, dt, sc) for m in (1, 16, 64) for k in (8192, 28672)
-        for dt, sc in (("bf16", None), ("e4m3", "row"))}
+        for dt, sc in (("bf16", None), ("e4m3", "row"))} | {
+        (4, 8192, k, "bf16", None) for k in (8192, 28672)}  # the bulk-copy GEMV's m
     mid = [c for c in full if c.kind == "gemm" and 128 < c.m < 1024]
     assert {(c.m, c.n, c.k, c.dtype, c.scaling) for c in mid} == {
         (m, n, k, "bf16", None) for m in (192, 256, 320, 384, 512, 576)
@@ -1094,7 +1095,8 @@ def test_gemm_cases():
     assert all(c.op == "quantize_fp8" and c.dtype == "bf16" for c in quant)
     assert {c.op for c in full if c.kind == "gemm"} == {"gemm", "gemm_fp8"}
     gated = [c for c in full if c.kind == "gated"]
-    assert {(c.m, c.n, c.k) for c in gated} == {(m, 14336, 4096) for m in (8192, 4096, 128, 1)}
+    assert {(c.m, c.n, c.k) for c in gated} == {(m, 14336, 4096)
+                                                for m in (8192, 4096, 128, 4, 1)}
     assert all(c.op == "gemm_gated" and not c.decode for c in gated)
     assert "bfloat16 mm+silu_and_mul 8192x14336x4096" in labels
     assert bg.flops(gated[0]) == 4 * 8192 * 14336 * 4096

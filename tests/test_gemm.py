@@ -749,6 +749,11 @@ def test_mid_shapes_reach_their_tiles():
                    for name, shape in DECODE_SHAPES.items() if name.startswith("pair")},
                 **{shape: ("swap-one", 128, 64, 1)
                    for name, shape in DECODE_SHAPES.items() if name.startswith("swapone")},
+                **{shape: ("gemv-bulk", 8, 16 if shape[0] <= 4 else 32, 1)
+                   for shape in GEMV_BULK_SHAPES.values()},
+                # just outside the bulk GEMV's rule: k 4088, 94 groups of b's rows, 9 rows of a
+                **{shape: ("small", 64, 128, 1) for shape in ((8, 4104, 4088), (2, 3000, 4104),
+                                                              (9, 8192, 8192))},
                 **{shape: ("swap-half", int(name.split("-")[0]), 64,
                            2 if name.endswith("split") else 1)
                    for name, shape in HALF_SHAPES.items()},
@@ -821,6 +826,36 @@ def test_gpu_gemv(m, dtype, variant):
         check(gemm_case(m, n, k, dtype, "cuda", seed_of("gemv", m, dtype, variant, n, k), **kw))
     if variant == "plain" and m in (1, 2):
         check(gated_case(m, 520, 1000, dtype, "cuda", seed_of("gemvg", m, dtype), bias="float32"))
+
+
+# The bulk-copy GEMV (gemv.h, UseGemvBulk on sm_90: m 2-8, k >= 4096, 32 rows of b for about every
+# SM; m 2-4 in groups of 16 rows and 2048-deep pieces, m 5-8 in groups of 32 and 1024-deep ones):
+# 2 rows over n 4232 x k 4104 (the last group 8 rows, 8 past n; a last piece of 8 values: one lane
+# of one warp), 3 rows over k 6000 (a last piece of 1904: warp 7 reads 112 of its 256), 5 rows over
+# k 5000 (a last piece of 904 of 1024: warp 7 reads nothing of it), 8 rows over n 8200 (the last
+# group 8 rows, 24 past n) x k 4104; with the variants of test_gpu_gemv, and gated.
+GEMV_BULK_SHAPES = {"m2": (2, 4232, 4104), "m3": (3, 8200, 6000), "m5": (5, 4104, 5000),
+                    "m8": (8, 8200, 4104)}
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+@pytest.mark.parametrize("shape", list(GEMV_BULK_SHAPES))
+@pytest.mark.parametrize("variant", ["plain", "bias-f32", "out-f32-bias", "lead-strided-out-f32"])
+def test_gpu_gemv_bulk(shape, dtype, variant):
+    m, n, k = GEMV_BULK_SHAPES[shape]
+    check(gemm_case(m, n, k, dtype, "cuda", seed_of("gemvbulk", shape, dtype, variant),
+                    **GEMM_VARIANTS[variant]))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES16, ids=DT_IDS)
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gpu_gemv_bulk_gated(dtype, act):
+    """The gate's rows, then the up's, through the same ring: act(gate) * up per output."""
+    for m in (3, 6):  # both forms
+        check(gated_case(m, 4104, 4104, dtype, "cuda", seed_of("gemvbulkg", dtype, act, m),
+                         act=act, bias="float32"))
 
 
 # Stream-K (sm90.h): an unsplit call of the 128-row sm90 tiles whose last round would leave

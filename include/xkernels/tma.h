@@ -65,6 +65,16 @@ XK_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// ---- bulk copy: `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from
+// global memory at `src` into shared memory at `dst`, completing them on `bar`.
+XK_DEVICE void load_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 // ---- bulk tensor copy: the box at coordinates (x inner, y outer) of a 2-D tensor map into shared
 // memory at `dst`, completing its bytes on `bar`. Out-of-bounds elements are filled with zeros
 // and still counted in the bytes.

@@ -156,6 +156,8 @@ PREFILL = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "fp16"),
            *(gemm(SQ, SQ, SQ, "e4m3", s) for s in ("tensor", "row", "block"))]
 DECODE = [gemm(m, SQ, k, dtype, scaling) for dtype, scaling in (("bf16", None), ("e4m3", "row"))
           for k in (SQ, 28672) for m in (1, 16, 64)]
+# and 4 rows (a small decode batch, or a few speculated tokens): the bulk-copy GEMV (gemv.h)
+DECODE += [gemm(4, SQ, k, "bf16") for k in (SQ, 28672)]
 QUANTIZE = [quantize(m, SQ, g) for m in (SQ, 16) for g in GRANULARITIES]
 # mid-sized batches (chunked prefill, large decode batches): Llama 3 8B's O, QKV, down and
 # (unfused) gate + up projections and 70B's O projection at m 192 to 576, where a wave quantum and the padding of the
@@ -167,7 +169,7 @@ MID = [gemm(m, n, k, "bf16") for m in MID_M for n, k in MID_NK]
 MID8 = [gemm(m, n, k, "e4m3", "row") for m in (192, 320, 576) for n, k in ((4096, 4096),
                                                                            (4096, 14336))]
 # Llama 3 8B's gate and up projections (2 x 14336 x 4096) at prefill and decode batches
-GATED = [gated(m, 14336, 4096) for m in (8192, 4096, 128, 1)]
+GATED = [gated(m, 14336, 4096) for m in (8192, 4096, 128, 4, 1)]
 QUICK = [gemm(SQ, SQ, SQ, "bf16", sm80=True), gemm(SQ, SQ, SQ, "e4m3", "row"),
          gemm(16, SQ, SQ, "bf16"), gemm(16, SQ, SQ, "e4m3", "row"), quantize(SQ, SQ, "row"),
          quantize(SQ, SQ, "block")]

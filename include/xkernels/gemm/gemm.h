@@ -525,7 +525,9 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   XK_CUDA_TRY(GetDeviceProps(&props));
   Params one = p;
   one.splits = 1;
-  if (UseGemv(one, props.cc_major)) return cudaSuccess;  // no split
+  if (UseGemv(one, props.cc_major) || UseGemvBulk(one, props.cc_major, props.sm_count)) {
+    return cudaSuccess;  // no split
+  }
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
   // the 64-row tiles of m > 128, the sized swapped ones, the 128 x 144 ones, the narrow ones and
   // the unclustered swapped ones are chosen for their rounds unsplit
@@ -636,7 +638,7 @@ inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
 // Floats of workspace p needs on a device of compute capability major `cc_major` with `sms` SMs
 // (p.splits set): split-K's partial tiles, a gated product's where GatedWhole, or stream-K's.
 inline int64_t WorkspaceElems(const Params& p, int cc_major, int sms) {
-  if (UseGemv(p, cc_major)) return 0;
+  if (UseGemv(p, cc_major) || UseGemvBulk(p, cc_major, sms)) return 0;
   const Kernel kernel = Choose(p, cc_major, sms);
   return std::max(WorkspaceElems(p, GatedWhole(p, kernel)), StreamKElems(p, kernel, sms));
 }
@@ -750,6 +752,9 @@ inline cudaError_t Gemm(const Params& p_in, cudaStream_t stream) {
     using Out = decltype(out);
     if (p.k == 0) return LaunchFillBias<Out>(p, stream, props);
     if (UseGemv(p, props.cc_major)) return LaunchGemv<Out>(p, stream, props);
+    if (UseGemvBulk(p, props.cc_major, props.sm_count)) {
+      return LaunchGemvBulk<Out>(p, stream, props);
+    }
     switch (p.in_type) {
       case Elem::kE4M3:
         return GemmTiles<__nv_fp8_e4m3, Out>(p, stream, props);
