@@ -525,9 +525,7 @@ inline cudaError_t PlanSplits(const Params& p, int32_t* splits) {
   XK_CUDA_TRY(GetDeviceProps(&props));
   Params one = p;
   one.splits = 1;
-  if (UseGemv(one, props.cc_major) || UseGemvBulk(one, props.cc_major, props.sm_count)) {
-    return cudaSuccess;  // no split
-  }
+  if (UseAnyGemv(one, props.cc_major, props.sm_count)) return cudaSuccess;  // no split
   const Kernel kernel = Choose(p, props.cc_major, props.sm_count);
   // the 64-row tiles of m > 128, the sized swapped ones, the 128 x 144 ones, the narrow ones and
   // the unclustered swapped ones are chosen for their rounds unsplit
@@ -638,7 +636,7 @@ inline int64_t StreamKElems(const Params& p, Kernel kernel, int sms) {
 // Floats of workspace p needs on a device of compute capability major `cc_major` with `sms` SMs
 // (p.splits set): split-K's partial tiles, a gated product's where GatedWhole, or stream-K's.
 inline int64_t WorkspaceElems(const Params& p, int cc_major, int sms) {
-  if (UseGemv(p, cc_major) || UseGemvBulk(p, cc_major, sms)) return 0;
+  if (UseAnyGemv(p, cc_major, sms)) return 0;
   const Kernel kernel = Choose(p, cc_major, sms);
   return std::max(WorkspaceElems(p, GatedWhole(p, kernel)), StreamKElems(p, kernel, sms));
 }

@@ -41,11 +41,17 @@ constexpr int kGemvMaxRows = 1;
 constexpr int kGemvWarps = 8;   // columns per block
 constexpr int kGemvUnroll = 4;  // 16-byte vectors of b in flight per lane
 
+// What both GEMV kernels take: 16-bit operands, b as [n, k], the kernel left to the dispatcher,
+// unsplit.
+inline bool GemvOperands(const Params& p) {
+  return p.path == Path::kAuto && p.splits <= 1 && p.in_type != Elem::kE4M3 &&
+         p.b_layout == BLayout::kNK;
+}
+
 // Whether p takes the GEMV kernel on a device of compute capability major `cc_major`: a's rows
-// few enough, 16-bit operands, b as [n, k], and the kernel left to the dispatcher.
+// few enough, and GemvOperands.
 inline bool UseGemv(const Params& p, int cc_major) {
-  return cc_major >= 8 && p.path == Path::kAuto && p.splits <= 1 && p.m >= 1 &&
-         p.m <= kGemvMaxRows && p.in_type != Elem::kE4M3 && p.b_layout == BLayout::kNK && p.k > 0;
+  return cc_major >= 8 && GemvOperands(p) && p.m >= 1 && p.m <= kGemvMaxRows && p.k > 0;
 }
 
 // The bulk-copy kernel (GemvBulkKernel) for m 2-8, in two forms: m 2-4 in groups of 16 rows of
@@ -70,16 +76,33 @@ constexpr int GemvBulkTiles(int m) { return m <= 4 ? 1 : 2; }
 constexpr int GemvBulkDepth(int m) { return m <= 4 ? 2048 : 1024; }
 
 // Whether p takes the bulk-copy kernel on a device of compute capability major `cc_major` with
-// `sms` SMs: Hopper (its 227 KB of shared memory per block; measured there only), m 2-8, 16-bit
-// operands, b as [n, k], the kernel left to the dispatcher, 32-row groups of b for about every SM
-// (n >= 3800 on 132 SMs), and k of at least 4096 (the shapes it was measured on).
+// `sms` SMs: Hopper (its 227 KB of shared memory per block; measured there only), m 2-8,
+// GemvOperands, 32-row groups of b for about every SM (n >= 3800 on 132 SMs), and k of at least
+// 4096 (the shapes it was measured on).
 inline bool UseGemvBulk(const Params& p, int cc_major, int sms) {
-  return cc_major == 9 && p.path == Path::kAuto && p.splits <= 1 && p.m >= 2 &&
-         p.m <= kGemvBulkMaxRows && p.in_type != Elem::kE4M3 && p.b_layout == BLayout::kNK &&
-         p.k >= 4096 && 10 * ceil_div<int64_t>(p.n, 32) >= 9 * int64_t{sms};
+  return cc_major == 9 && GemvOperands(p) && p.m >= 2 && p.m <= kGemvBulkMaxRows && p.k >= 4096 &&
+         10 * ceil_div<int64_t>(p.n, 32) >= 9 * int64_t{sms};
+}
+
+// Whether p takes either GEMV kernel (no split, no workspace).
+inline bool UseAnyGemv(const Params& p, int cc_major, int sms) {
+  return UseGemv(p, cc_major) || UseGemvBulk(p, cc_major, sms);
 }
 
 namespace detail {
+
+// The output at column `col` of a row whose sums are `sum` (the gate's, where p is gated) and
+// `up`: + bias, and act(gate) * up where gated; both GEMV kernels' epilogue.
+template <typename Out>
+XK_DEVICE float GemvValue(const Params& p, int col, float sum, float up) {
+  float v = sum;
+  if (p.bias != nullptr) v += LoadBias(p.bias, p.bias_type, col);
+  if (p.act >= 0) {
+    if (p.bias != nullptr) up += LoadBias(p.bias, p.bias_type, p.n + col);
+    v = Gated<sizeof(Out) == 2>(p.act, v, up);
+  }
+  return v;
+}
 
 // sum over the 8 pairs of x and y (8 16-bit values each) into acc
 template <typename T>
@@ -184,17 +207,11 @@ __global__ void __launch_bounds__(32 * kGemvWarps) GemvKernel(const Params p) {
   if (p.act >= 0) BlockSum<kM>(up, red_up);
   pdl_release();
   if (t == 0) {
-    float bias = 0.f, bias_up = 0.f;
-    if (p.bias != nullptr) {
-      bias = LoadBias(p.bias, p.bias_type, col);
-      if (p.act >= 0) bias_up = LoadBias(p.bias, p.bias_type, p.n + col);
-    }
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
       if (r < p.m) {
-        float v = acc[r] + bias;
-        if (p.act >= 0) v = Gated<sizeof(Out) == 2>(p.act, v, up[r] + bias_up);
-        static_cast<Out*>(p.out)[r * p.ldc + col] = static_cast<Out>(v);
+        static_cast<Out*>(p.out)[r * p.ldc + col] =
+            static_cast<Out>(GemvValue<Out>(p, col, acc[r], up[r]));
       }
     }
   }
@@ -375,14 +392,8 @@ __global__ void __launch_bounds__(32 * (kGemvWarps + 1), 1) GemvBulkKernel(const
       const int row = grp * kRows + 16 * i + ln / 4 + 8 * (h / 2);
       const int token = 8 * j + 2 * (ln % 4) + h % 2;
       if (f < kA * kT * 128 && row < p.n && token < p.m) {
-        float v = gate[e];
-        if (p.bias != nullptr) v += LoadBias(p.bias, p.bias_type, row);
-        if (p.act >= 0) {
-          float u = up[e];
-          if (p.bias != nullptr) u += LoadBias(p.bias, p.bias_type, p.n + row);
-          v = Gated<sizeof(Out) == 2>(p.act, v, u);
-        }
-        static_cast<Out*>(p.out)[static_cast<int64_t>(token) * p.ldc + row] = static_cast<Out>(v);
+        static_cast<Out*>(p.out)[static_cast<int64_t>(token) * p.ldc + row] =
+            static_cast<Out>(GemvValue<Out>(p, row, gate[e], up[e]));
       }
     }
   }
